@@ -1,0 +1,58 @@
+"""autotune: find the fastest way to train a PyTorch model on this machine, and prove it.
+
+The public API is re-exported here. Names that need torch are imported lazily, so
+``import autotune`` (and the driver process) stays light.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Applied",
+    "AutotuneError",
+    "Config",
+    "Measurement",
+    "Space",
+    "SpaceError",
+    "StorageError",
+    "TrialRecord",
+    "TuneResult",
+    "Workload",
+    "WorkloadError",
+    "apply",
+    "load_config",
+    "load_space",
+    "tune",
+]
+
+_WHERE = {
+    "Applied": "training",
+    "apply": "training",
+    "AutotuneError": "errors",
+    "SpaceError": "errors",
+    "StorageError": "errors",
+    "WorkloadError": "errors",
+    "Config": "config",
+    "load_config": "config",
+    "Measurement": "measurement",
+    "Space": "space",
+    "load_space": "space",
+    "TrialRecord": "tuner",
+    "TuneResult": "tuner",
+    "tune": "tuner",
+    "Workload": "workload",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(import_module(f".{_WHERE[name]}", __name__), name)
+    raise AttributeError(f"module 'autotune' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

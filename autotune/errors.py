@@ -1,0 +1,31 @@
+"""The one exception root of autotune.
+
+Every mistake a user can make (a bad space file, a workload that cannot be imported, a
+storage URL that cannot be opened) is raised as an :class:`AutotuneError` subclass with a
+one-line message; the CLI prints that line and exits 1.
+"""
+
+from __future__ import annotations
+
+
+class AutotuneError(Exception):
+    """Root of every error autotune raises on purpose."""
+
+
+class SpaceError(AutotuneError):
+    """The space file is malformed or names something that does not exist.
+
+    Several problems found in one file are gathered and reported together.
+    """
+
+    def __init__(self, problems: list[str] | str) -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("; ".join(self.problems))
+
+
+class WorkloadError(AutotuneError):
+    """The workload reference cannot be loaded or its factories fail."""
+
+
+class StorageError(AutotuneError):
+    """The Optuna storage cannot be opened, or holds a study from another space."""

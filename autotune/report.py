@@ -1,0 +1,120 @@
+"""Human output: one line per finished trial, and the summary table at the end."""
+
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from .tuner import DUPLICATE, Reporter, TrialRecord, TuneResult
+
+
+def fmt_bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def _rate(record: TrialRecord) -> str:
+    m = record.measurement
+    if m.samples_per_s is None:
+        return "-"
+    text = f"{m.samples_per_s:,.1f} samples/s"
+    if m.tokens_per_s:
+        text += f" ({m.tokens_per_s:,.0f} tok/s)"
+    return text
+
+
+def _speedup(record: TrialRecord, baseline: TrialRecord | None) -> str:
+    if not (baseline and baseline.feasible and baseline.value and record.feasible):
+        return "-"
+    return f"{record.value / baseline.value:.2f}x"
+
+
+def make_console() -> Console:
+    """A console that does not wrap tables at 80 columns when output is a file or pipe."""
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+
+
+class ConsoleReporter(Reporter):
+    """Prints notes and one line per trial to a rich console."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or make_console()
+
+    def note(self, message: str) -> None:
+        self.console.print(f"[dim]note:[/dim] {message}")
+
+    def trial(self, record, best, baseline, done, total) -> None:
+        m = record.measurement
+        status = "[green]ok[/green]" if m.ok else f"[red]{m.status}[/red]: {escape(m.reason)}"
+        best_text = f"best #{best.number} {_speedup(best, baseline)}" if best else "best -"
+        of = f"/{total}" if total else ""
+        self.console.print(
+            f"trial {done}{of} #{record.number} {escape(f'[{record.role}]')} "
+            f"{record.config.short()} | "
+            f"{_rate(record)} | {status} | {best_text}"
+        )
+
+
+def summary_table(result: TuneResult) -> Table:
+    table = Table(title=f"study {result.study_name}: {len(result.trials)} trials")
+    for col in (
+        "#",
+        "role",
+        "config",
+        "status",
+        "samples/s",
+        "vs baseline",
+        "peak mem",
+        "compile s",
+        "step cv",
+    ):
+        table.add_column(col, justify="right" if col in ("#", "samples/s") else "left")
+    for t in result.trials:
+        if t.role == DUPLICATE:
+            continue
+        m = t.measurement
+        mark = " *" if result.best and t.number == result.best.number else ""
+        table.add_row(
+            f"{t.number}{mark}",
+            t.role,
+            t.config.short(),
+            m.status if m.ok else escape(f"{m.status}: {m.reason[:60]}"),
+            f"{m.samples_per_s:,.1f}" if m.samples_per_s else "-",
+            _speedup(t, result.baseline),
+            fmt_bytes(m.peak_mem_bytes),
+            f"{m.compile_s:.1f}" if m.compile_s is not None else "-",
+            f"{m.step_time_cv:.1%}" if m.step_time_cv is not None else "-",
+        )
+    return table
+
+
+def print_summary(result: TuneResult, console: Console | None = None) -> None:
+    console = console or make_console()
+    console.print(summary_table(result))
+    for note in result.notes:
+        console.print(f"[dim]note:[/dim] {note}")
+    best, base = result.best, result.baseline
+    if best is None:
+        console.print("[red]no feasible trial: nothing to recommend[/red]")
+        return
+    console.print(f"recommended (trial #{best.number}): {best.config.short()}")
+    if base is not None and result.speedup is not None:
+        console.print(
+            f"speedup over baseline (trial #{base.number}, {base.config.short()}): "
+            f"[bold]{result.speedup:.2f}x[/bold] ({base.value:,.1f} -> {best.value:,.1f} samples/s)"
+        )
+    elif base is not None:
+        console.print(
+            f"baseline (trial #{base.number}) did not run cleanly: "
+            f"{base.measurement.status}: {base.measurement.reason}"
+        )
+    if result.best_config_path:
+        console.print(f"best config written to {result.best_config_path}")

@@ -1,0 +1,366 @@
+"""The space file: which workload, which knobs with which values, and how to run the trials.
+
+A space is loaded with :func:`load_space`, which gathers every problem in the file and
+raises one :class:`~autotune.errors.SpaceError` naming file, key and what is allowed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .config import Config
+from .errors import SpaceError
+from .knobs import KNOBS, Capabilities
+
+DEVICES = ("auto", "cpu", "cuda")
+SAMPLERS = ("tpe", "random")
+
+
+@dataclass(frozen=True)
+class TrialSettings:
+    """How long each trial runs. Steps are optimizer steps."""
+
+    warmup_steps: int = 3
+    measured_steps: int = 10
+    timeout_s: float = 300.0
+    planned_steps: int | None = None  # length of the real run; amortises compile time
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Budget:
+    n_trials: int | None = 20
+    timeout_s: float | None = None
+
+
+@dataclass(frozen=True)
+class StudySettings:
+    name: str = "autotune"
+    storage: str = "sqlite:///autotune.db"
+    sampler: str = "tpe"
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Space:
+    """A validated search space.
+
+    Attributes:
+        knobs: knob name -> the values to search, in order (one value means fixed).
+        baseline: the config run first (trial 0); every result is a speedup over it.
+    """
+
+    workload: str
+    knobs: dict[str, tuple[Any, ...]]
+    baseline: Config
+    workload_args: dict[str, Any] = field(default_factory=dict)
+    device: str = "auto"
+    trial: TrialSettings = TrialSettings()
+    budget: Budget = Budget()
+    study: StudySettings = StudySettings()
+    output_dir: str = "autotune-runs"
+    base_dir: Path = Path(".")
+    source: str = "<space>"
+
+    @property
+    def searched(self) -> dict[str, tuple[Any, ...]]:
+        """The knobs with more than one value."""
+        return {k: v for k, v in self.knobs.items() if len(v) > 1}
+
+    def config_from(self, values: Mapping[str, Any]) -> Config:
+        """A full config: ``values`` over the fixed knobs over the baseline."""
+        fixed = {k: v[0] for k, v in self.knobs.items() if len(v) == 1}
+        return self.baseline.replace(**{**fixed, **values})
+
+    def fingerprint(self) -> str:
+        """A hash of what makes measurements comparable (not the budget or storage)."""
+        data = {
+            "workload": self.workload,
+            "workload_args": self.workload_args,
+            "knobs": {k: list(v) for k, v in sorted(self.knobs.items())},
+            "baseline": self.baseline.to_dict(),
+            "trial": self.trial.__dict__,
+        }
+        blob = json.dumps(data, sort_keys=True, default=str).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def restrict(self, caps: Capabilities) -> tuple[Space, list[str]]:
+        """Drop the values that cannot run with ``caps``; return the new space and notes."""
+        notes: list[str] = []
+        knobs: dict[str, tuple[Any, ...]] = {}
+        for name, values in self.knobs.items():
+            knob = KNOBS[name]
+            kept = []
+            for value in values:
+                reason = knob.unsupported(caps, value)
+                if reason is None:
+                    kept.append(value)
+                elif len(values) > 1:
+                    notes.append(f"{name}={value} dropped: {reason}")
+            if not kept:
+                kept = [knob.default]
+                notes.append(f"{name} fixed to {knob.default!r}: {reason}")
+            knobs[name] = tuple(kept)
+        baseline = {}
+        for name, value in self.baseline.to_dict().items():
+            reason = KNOBS[name].unsupported(caps, value)
+            if reason is not None:
+                baseline[name] = KNOBS[name].default
+                notes.append(
+                    f"baseline {name}={value} replaced by {KNOBS[name].default!r}: {reason}"
+                )
+        return replace(self, knobs=knobs, baseline=self.baseline.replace(**baseline)), notes
+
+
+_TOP_KEYS = {
+    "workload",
+    "workload_args",
+    "device",
+    "knobs",
+    "baseline",
+    "trial",
+    "budget",
+    "study",
+    "output_dir",
+}
+
+
+def _unknown(where: str, key: str, known: set[str] | dict[str, Any]) -> str:
+    close = difflib.get_close_matches(key, list(known), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"{where}{key}: unknown key{hint}; allowed: {', '.join(sorted(known))}"
+
+
+def _section(raw: Mapping[str, Any], cls: type, where: str, problems: list[str], **checks: Any):
+    """Build a settings dataclass from a mapping, collecting problems."""
+    if raw is None:
+        return cls()
+    if not isinstance(raw, Mapping):
+        problems.append(f"{where}: must be a mapping but got {type(raw).__name__}")
+        return cls()
+    fields = cls.__dataclass_fields__
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in fields:
+            problems.append(_unknown(f"{where}.", str(key), set(fields)))
+            continue
+        check = checks.get(key)
+        message = check(value) if check else None
+        if message:
+            problems.append(f"{where}.{key}: {message}")
+        else:
+            values[key] = value
+    return cls(**values)
+
+
+def _int_at_least(low: int, optional: bool = False):
+    def check(value: Any) -> str | None:
+        if value is None and optional:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            return f"must be an integer >= {low} but got {value!r}"
+        return None
+
+    return check
+
+
+def _positive_number(optional: bool = False):
+    def check(value: Any) -> str | None:
+        if value is None and optional:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            return f"must be a number > 0 but got {value!r}"
+        return None
+
+    return check
+
+
+def _one_of(choices: tuple[str, ...]):
+    def check(value: Any) -> str | None:
+        if value not in choices:
+            return f"must be one of {', '.join(choices)} but got {value!r}"
+        return None
+
+    return check
+
+
+def _string(value: Any) -> str | None:
+    return (
+        None
+        if isinstance(value, str) and value
+        else f"must be a non-empty string but got {value!r}"
+    )
+
+
+def _parse_knobs(raw: Any, problems: list[str]) -> dict[str, tuple[Any, ...]]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        problems.append(
+            f"knobs: must be a mapping of knob name to values but got {type(raw).__name__}"
+        )
+        return {}
+    knobs: dict[str, tuple[Any, ...]] = {}
+    for name, values in raw.items():
+        name = str(name)
+        if name not in KNOBS:
+            problems.append(_unknown("knobs.", name, KNOBS))
+            continue
+        values = list(values) if isinstance(values, (list, tuple)) else [values]
+        if not values:
+            problems.append(f"knobs.{name}: must list at least one value but got []")
+            continue
+        knob = KNOBS[name]
+        normalized = []
+        for value in values:
+            try:
+                value = knob.normalize(value)
+            except ValueError as e:
+                problems.append(f"knobs.{name}: {e}")
+                continue
+            if value in normalized:
+                problems.append(f"knobs.{name}: value {value!r} is listed twice")
+                continue
+            normalized.append(value)
+        if knob.ordinal:
+            normalized.sort()
+        knobs[name] = tuple(normalized)
+    return knobs
+
+
+def _parse_baseline(raw: Any, problems: list[str]) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        problems.append(
+            f"baseline: must be a mapping of knob name to value but got {type(raw).__name__}"
+        )
+        return {}
+    values: dict[str, Any] = {}
+    for name, value in raw.items():
+        name = str(name)
+        if name not in KNOBS:
+            problems.append(_unknown("baseline.", name, KNOBS))
+            continue
+        try:
+            values[name] = KNOBS[name].normalize(value)
+        except ValueError as e:
+            problems.append(f"baseline.{name}: {e}")
+    return values
+
+
+def parse_space(data: Any, *, source: str = "<space>", base_dir: Path = Path(".")) -> Space:
+    """Validate an already-loaded mapping as a space. See :func:`load_space`."""
+    if not isinstance(data, Mapping):
+        raise SpaceError(
+            f"{source}: must be a mapping at the top level but got {type(data).__name__}"
+        )
+    problems: list[str] = []
+    for key in data:
+        if key not in _TOP_KEYS:
+            problems.append(_unknown("", str(key), _TOP_KEYS))
+    workload = data.get("workload")
+    if workload is None:
+        problems.append("workload: is required ('module:function' or 'path/file.py:function')")
+    elif not isinstance(workload, str) or ":" not in workload:
+        problems.append(
+            f"workload: must be 'module:function' or 'path/file.py:function' but got {workload!r}"
+        )
+    workload_args = data.get("workload_args") or {}
+    if not isinstance(workload_args, Mapping):
+        problems.append(f"workload_args: must be a mapping but got {type(workload_args).__name__}")
+        workload_args = {}
+    device = data.get("device", "auto")
+    if device not in DEVICES:
+        problems.append(f"device: must be one of {', '.join(DEVICES)} but got {device!r}")
+    knobs = _parse_knobs(data.get("knobs"), problems)
+    baseline_values = _parse_baseline(data.get("baseline"), problems)
+    trial = _section(
+        data.get("trial"),
+        TrialSettings,
+        "trial",
+        problems,
+        warmup_steps=_int_at_least(0),
+        measured_steps=_int_at_least(2),
+        timeout_s=_positive_number(),
+        planned_steps=_int_at_least(1, optional=True),
+        seed=_int_at_least(0),
+    )
+    budget = _section(
+        data.get("budget"),
+        Budget,
+        "budget",
+        problems,
+        n_trials=_int_at_least(1, optional=True),
+        timeout_s=_positive_number(optional=True),
+    )
+    study = _section(
+        data.get("study"),
+        StudySettings,
+        "study",
+        problems,
+        name=_string,
+        storage=_string,
+        sampler=_one_of(SAMPLERS),
+        seed=_int_at_least(0),
+    )
+    output_dir = data.get("output_dir", "autotune-runs")
+    if not isinstance(output_dir, str) or not output_dir:
+        problems.append(f"output_dir: must be a non-empty string but got {output_dir!r}")
+    if budget.n_trials is None and budget.timeout_s is None:
+        problems.append("budget: set n_trials, timeout_s or both (otherwise the study never ends)")
+    if problems:
+        raise SpaceError([f"{source}: {p}" for p in problems])
+
+    baseline = Config(**{**{k: v[0] for k, v in knobs.items() if len(v) == 1}, **baseline_values})
+    # The user's current setting is always a candidate, so the baseline lies in the space.
+    for name, value in baseline.to_dict().items():
+        if name in knobs and value not in knobs[name]:
+            merged = [*knobs[name], value]
+            knobs[name] = tuple(sorted(merged)) if KNOBS[name].ordinal else tuple(merged)
+    return Space(
+        workload=workload,
+        knobs=knobs,
+        baseline=baseline,
+        workload_args=dict(workload_args),
+        device=device,
+        trial=trial,
+        budget=budget,
+        study=study,
+        output_dir=output_dir,
+        base_dir=base_dir,
+        source=source,
+    )
+
+
+def load_space(path: str | Path) -> Space:
+    """Load and validate a space file.
+
+    Raises:
+        SpaceError: the file is missing, is not YAML, or has invalid content; the message
+            names every problem with its key.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise SpaceError(f"{path}: cannot read space file: {e.strerror or e}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise SpaceError(f"{path}: not valid YAML{where}: {problem}") from None
+    space = parse_space(data, source=str(path), base_dir=path.resolve().parent)
+    if "name" not in (data.get("study") or {}):
+        space = replace(space, study=replace(space.study, name=path.stem))
+    return space

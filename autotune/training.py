@@ -1,0 +1,211 @@
+"""Apply a :class:`~autotune.config.Config` to a model, optimizer and dataset.
+
+This is the one code path both for trials and for users adopting a found config
+(:func:`apply`), so what was measured is what gets applied.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from .config import Config
+
+_AMP = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    """``"auto"`` picks CUDA when available, else the CPU."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(device)
+
+
+class StreamSampler(Sampler[int]):
+    """An endless stream of seeded permutations of ``range(n)``.
+
+    Batching one stream (instead of restarting epochs) gives every batch size the same
+    sample order, so loss trajectories of trials with equal global batch compare.
+    """
+
+    def __init__(self, n: int, seed: int) -> None:
+        self.n = n
+        self.seed = seed
+
+    def __iter__(self) -> Iterator[int]:
+        g = torch.Generator().manual_seed(self.seed)
+        while True:
+            yield from torch.randperm(self.n, generator=g).tolist()
+
+
+def make_loader(
+    dataset: Dataset,
+    config: Config,
+    *,
+    seed: int = 0,
+    collate_fn: Callable | None = None,
+    endless: bool = False,
+) -> DataLoader:
+    """The DataLoader that ``config`` asks for (batch size, workers).
+
+    ``endless=True`` (trials) streams seeded permutations without epoch restarts;
+    otherwise a normal shuffled, epoch-based loader with a seeded generator.
+    """
+    kwargs: dict[str, Any] = dict(
+        batch_size=config.batch_size,
+        num_workers=config.num_workers,
+        collate_fn=collate_fn,
+        drop_last=True,
+    )
+    if endless:
+        return DataLoader(dataset, sampler=StreamSampler(len(dataset), seed), **kwargs)
+    g = torch.Generator().manual_seed(seed)
+    return DataLoader(dataset, shuffle=True, generator=g, **kwargs)
+
+
+def to_device(batch: Any, device: torch.device, non_blocking: bool = False) -> Any:
+    """Move every tensor in a (nested) batch to ``device``."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=non_blocking)
+    if isinstance(batch, dict):
+        return {k: to_device(v, device, non_blocking) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        moved = [to_device(v, device, non_blocking) for v in batch]
+        return type(batch)(*moved) if hasattr(batch, "_fields") else type(batch)(moved)
+    return batch
+
+
+def checkpoint_blocks(blocks: Iterable[torch.nn.Module]) -> int:
+    """Make each block recompute its activations in backward; return how many were wrapped."""
+    from torch.utils.checkpoint import checkpoint
+
+    count = 0
+    for block in blocks:
+        forward = block.forward
+
+        def wrapped(*args: Any, _forward: Callable = forward, **kwargs: Any) -> Any:
+            return checkpoint(_forward, *args, use_reentrant=False, **kwargs)
+
+        block.forward = wrapped
+        block._autotune_checkpointed = True
+        count += 1
+    return count
+
+
+@dataclass
+class Applied:
+    """A model, optimizer and loader set up for one config, with a training step.
+
+    Attributes:
+        model: the model on the device, compiled if the config says so.
+        optimizer: built over the model's parameters.
+        loader: a DataLoader with the config's batch size and workers.
+        scaler: a ``torch.amp.GradScaler`` for fp16, else ``None``.
+    """
+
+    config: Config
+    device: torch.device
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    loader: DataLoader
+    loss_fn: Callable[[Any, Any], torch.Tensor]
+    scaler: Any = None
+    skipped_steps: int = 0
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """The autocast context of the config (a no-op for fp32)."""
+        if self.config.amp_dtype == "fp32":
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=_AMP[self.config.amp_dtype])
+
+    def train_step(self, batches: Iterator[Any]) -> torch.Tensor:
+        """One optimizer step over ``accumulation_steps`` micro-batches from ``batches``.
+
+        Returns the mean micro-batch loss as a detached tensor (no host sync).
+        """
+        accum = self.config.accumulation_steps
+        total = torch.zeros((), device=self.device)
+        for _ in range(accum):
+            batch = to_device(next(batches), self.device)
+            with self.autocast():
+                loss = self.loss_fn(self.model, batch)
+            scaled = loss.float() / accum
+            (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+            total += loss.detach().float()
+        if self.scaler is not None:
+            # get_scale() syncs with the device; only fp16 pays that, once per optimizer step.
+            before = self.scaler.get_scale()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            self.skipped_steps += int(self.scaler.get_scale() < before)
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return total / accum
+
+
+def _build_optimizer(optimizer: Any, model: torch.nn.Module) -> torch.optim.Optimizer:
+    if isinstance(optimizer, torch.optim.Optimizer):
+        return optimizer
+    if optimizer is None:
+        return torch.optim.AdamW(model.parameters(), lr=1e-3)
+    return optimizer(model.parameters())
+
+
+def apply(
+    config: Config | dict[str, Any],
+    *,
+    model: torch.nn.Module,
+    dataset: Dataset,
+    loss: Callable[[Any, Any], torch.Tensor],
+    optimizer: torch.optim.Optimizer | Callable[[Any], torch.optim.Optimizer] | None = None,
+    blocks: Sequence[torch.nn.Module] | None = None,
+    collate_fn: Callable | None = None,
+    device: str | torch.device = "auto",
+    seed: int = 0,
+    endless: bool = False,
+) -> Applied:
+    """Set up a plain PyTorch training loop the way ``config`` says.
+
+    Args:
+        config: a :class:`Config` or a mapping of knob values (e.g. a loaded best_config).
+        model: the model in fp32; it is moved to ``device``.
+        dataset: a map-style dataset.
+        loss: ``loss(model, batch) -> scalar tensor``.
+        optimizer: an optimizer, or a factory ``optimizer(params)``; AdamW(lr=1e-3) if omitted.
+        blocks: modules to checkpoint when ``config.gradient_checkpointing`` is on.
+        collate_fn: passed to the DataLoader.
+        device: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:1"``...
+        seed: seed of the data order.
+        endless: stream batches without epoch boundaries (what trials do).
+
+    Returns:
+        An :class:`Applied`; call ``applied.train_step(iter(applied.loader))`` in your loop,
+        or use its ``model``, ``loader``, ``autocast()`` and ``scaler`` directly.
+
+    Note:
+        ``cudnn_benchmark`` sets the process-wide ``torch.backends.cudnn.benchmark`` flag.
+    """
+    if not isinstance(config, Config):
+        config = Config.from_dict(dict(config))
+    device = resolve_device(device) if isinstance(device, str) else device
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = config.cudnn_benchmark
+    model = model.to(device)
+    model.train()
+    if config.gradient_checkpointing:
+        if not blocks:
+            raise ValueError("gradient_checkpointing needs the model's blocks (blocks=...)")
+        checkpoint_blocks(blocks)
+    opt = _build_optimizer(optimizer, model)
+    if config.compile_mode != "off":
+        mode = None if config.compile_mode == "default" else config.compile_mode
+        model = torch.compile(model, mode=mode)
+    scaler = torch.amp.GradScaler(device.type) if config.amp_dtype == "fp16" else None
+    loader = make_loader(dataset, config, seed=seed, collate_fn=collate_fn, endless=endless)
+    return Applied(config, device, model, opt, loader, loss, scaler)

@@ -1,0 +1,353 @@
+"""The study: samples configs, runs them as trials, and keeps every result in Optuna storage.
+
+The baseline (the space's defaults) is always trial 0, so every result is a speedup over
+it. A rerun with the same storage and study name resumes: finished trials are kept and the
+budget is filled up, never restarted.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from . import runner, scoring
+from .config import Config
+from .errors import StorageError
+from .knobs import KNOBS, Capabilities
+from .measurement import Measurement
+from .space import Space
+
+BASELINE, SEARCH, DUPLICATE = "baseline", "search", "duplicate"
+MAX_DUPLICATES_IN_A_ROW = 30
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One finished trial: its config, what it measured, and the objective value."""
+
+    number: int
+    config: Config
+    measurement: Measurement
+    value: float
+    role: str = SEARCH
+    duplicate_of: int | None = None
+
+    @property
+    def feasible(self) -> bool:
+        return self.measurement.ok
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """The outcome of a study: every trial, the baseline, the recommended config."""
+
+    study_name: str
+    storage: str
+    trials: list[TrialRecord]
+    baseline: TrialRecord | None
+    best: TrialRecord | None
+    environment: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    best_config_path: Path | None = None
+
+    @property
+    def speedup(self) -> float | None:
+        """Best objective over the baseline's; ``None`` when either is missing."""
+        if not (self.best and self.baseline and self.baseline.feasible and self.baseline.value):
+            return None
+        return self.best.value / self.baseline.value
+
+
+class Reporter:
+    """Receives progress; the CLI prints it, the library default stays quiet."""
+
+    def note(self, message: str) -> None:
+        pass
+
+    def trial(
+        self,
+        record: TrialRecord,
+        best: TrialRecord | None,
+        baseline: TrialRecord | None,
+        done: int,
+        total: int | None,
+    ) -> None:
+        pass
+
+
+def _encode(space: Space, config: Config) -> dict[str, Any]:
+    """Optuna params of ``config``: index for ordinal knobs, the value for the others."""
+    params = {}
+    for name, values in space.searched.items():
+        value = getattr(config, name)
+        params[name] = values.index(value) if KNOBS[name].ordinal else value
+    return params
+
+
+def _distributions(space: Space) -> dict[str, optuna.distributions.BaseDistribution]:
+    # Ordinal knobs (batch size, workers...) are searched by index so the sampler can use
+    # their order; NOTES-optuna-torch.md measured this beating categorical encoding.
+    dists: dict[str, optuna.distributions.BaseDistribution] = {}
+    for name, values in space.searched.items():
+        if KNOBS[name].ordinal:
+            dists[name] = optuna.distributions.IntDistribution(0, len(values) - 1)
+        else:
+            dists[name] = optuna.distributions.CategoricalDistribution(values)
+    return dists
+
+
+def _decode(space: Space, params: dict[str, Any]) -> Config:
+    values = {}
+    for name, values_ in space.searched.items():
+        raw = params[name]
+        values[name] = values_[raw] if KNOBS[name].ordinal else raw
+    return space.config_from(values)
+
+
+def _make_sampler(space: Space) -> optuna.samplers.BaseSampler:
+    seed = space.study.seed
+    if space.study.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=5)
+
+
+def open_study(space: Space, storage: str, study_name: str) -> optuna.Study:
+    """Create or load the study; refuse one that was made from a different space.
+
+    Raises:
+        StorageError: the storage cannot be opened, or the study's space differs.
+    """
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        study = optuna.create_study(
+            storage=storage,
+            study_name=study_name,
+            direction="maximize",
+            sampler=_make_sampler(space),
+            load_if_exists=True,
+        )
+    except Exception as e:  # SQLAlchemy/Optuna raise many types for a bad URL or file
+        raise StorageError(f"cannot open storage {storage!r}: {type(e).__name__}: {e}") from None
+    fingerprint = space.fingerprint()
+    stored = study.user_attrs.get("space_fingerprint")
+    if stored is None:
+        study.set_user_attr("space_fingerprint", fingerprint)
+        study.set_user_attr("space_source", space.source)
+    elif stored != fingerprint:
+        raise StorageError(
+            f"study {study_name!r} in {storage} was made from a different space "
+            f"({study.user_attrs.get('space_source')}); pass another --study-name to start anew"
+        )
+    return study
+
+
+def records(study: optuna.Study) -> list[TrialRecord]:
+    """The finished trials of a study, in order."""
+    out = []
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        attrs = t.user_attrs
+        if "config" not in attrs:
+            continue
+        out.append(
+            TrialRecord(
+                number=t.number,
+                config=Config.from_dict(attrs["config"]),
+                measurement=Measurement.from_dict(attrs["measurement"]),
+                value=float(t.value) if t.value is not None else 0.0,
+                role=attrs.get("role", SEARCH),
+                duplicate_of=attrs.get("duplicate_of"),
+            )
+        )
+    return out
+
+
+def best_of(trials: list[TrialRecord]) -> TrialRecord | None:
+    feasible = [t for t in trials if t.feasible and t.role != DUPLICATE]
+    return max(feasible, key=lambda t: t.value, default=None)
+
+
+def baseline_of(trials: list[TrialRecord]) -> TrialRecord | None:
+    return next((t for t in trials if t.role == BASELINE), None)
+
+
+class Tuner:
+    """Runs a study over a space. See :func:`autotune.tune` for the arguments."""
+
+    def __init__(
+        self,
+        space: Space,
+        *,
+        n_trials: int | None = None,
+        timeout_s: float | None = None,
+        storage: str | None = None,
+        study_name: str | None = None,
+        out_dir: str | Path | None = None,
+        reporter: Reporter | None = None,
+    ) -> None:
+        self.space = space
+        self.n_trials = n_trials if n_trials is not None else space.budget.n_trials
+        self.timeout_s = timeout_s if timeout_s is not None else space.budget.timeout_s
+        if self.n_trials is not None and self.n_trials < 1:
+            raise ValueError(f"n_trials must be at least 1 but got {self.n_trials}")
+        self.storage = storage or space.study.storage
+        self.study_name = study_name or space.study.name
+        self.out_dir = Path(out_dir or space.output_dir) / self.study_name
+        self.reporter = reporter or Reporter()
+
+    def _trial_dir(self, number: int) -> Path:
+        return self.out_dir / f"trial-{number:04d}"
+
+    def _prepare(self) -> tuple[Space, dict[str, Any], list[str]]:
+        """Probe the machine and workload; restrict the space to what can run here."""
+        probe = runner.probe(self.space, self.out_dir / "probe")
+        caps = Capabilities.from_dict(probe["capabilities"])
+        space, notes = self.space.restrict(caps)
+        for note in notes:
+            self.reporter.note(note)
+        return space, probe["environment"], notes
+
+    def run(self) -> TuneResult:
+        space, environment, notes = self._prepare()
+        study = open_study(space, self.storage, self.study_name)
+        study.set_user_attr("environment", environment)
+        trials = records(study)
+        if baseline_of(trials) is None and not _waiting(study):
+            study.enqueue_trial(_encode(space, space.baseline), user_attrs={"role": BASELINE})
+        size = math.prod(len(v) for v in space.searched.values())
+        measured = {t.config.key(): t for t in trials if t.role != DUPLICATE}
+        done = len(measured)
+        dup_streak = 0
+        start = time.monotonic()
+        dists = _distributions(space)
+
+        def budget_left() -> bool:
+            if self.n_trials is not None and done >= self.n_trials:
+                return False
+            if self.timeout_s is not None and time.monotonic() - start >= self.timeout_s:
+                return False
+            return done < size and dup_streak < MAX_DUPLICATES_IN_A_ROW
+
+        while budget_left():
+            trial = study.ask(dists)
+            config = _decode(space, trial.params)
+            previous = measured.get(config.key())
+            if previous is not None:
+                self._reuse(study, trial, previous)
+                dup_streak += 1
+                continue
+            dup_streak = 0
+            record = self._measure(study, trial, space, config)
+            measured[config.key()] = record
+            trials.append(record)
+            done += 1
+            self.reporter.trial(record, best_of(trials), baseline_of(trials), done, self.n_trials)
+        if dup_streak >= MAX_DUPLICATES_IN_A_ROW:
+            notes.append(f"stopped: the sampler proposed {dup_streak} measured configs in a row")
+        elif done >= size:
+            notes.append(f"all {size} configs of the space are measured")
+        return self._result(study, environment, notes)
+
+    def _measure(
+        self, study: optuna.Study, trial: optuna.Trial, space: Space, config: Config
+    ) -> TrialRecord:
+        role = trial.user_attrs.get("role", SEARCH)
+        try:
+            m = runner.run_trial(space, config, self._trial_dir(trial.number))
+        except BaseException:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            raise
+        value = scoring.objective(m, space.trial)
+        trial.set_user_attr("config", config.to_dict())
+        trial.set_user_attr("config_key", config.key())
+        trial.set_user_attr("measurement", m.to_dict())
+        trial.set_user_attr("role", role)
+        for key, c in scoring.constraints(m).items():
+            trial.set_constraint(key, c)
+        study.tell(trial, value)
+        return TrialRecord(trial.number, config, m, value, role)
+
+    def _reuse(
+        self, study: optuna.Study, trial: optuna.Trial, previous: TrialRecord
+    ) -> TrialRecord:
+        """Record a config measured before without running it again."""
+        trial.set_user_attr("config", previous.config.to_dict())
+        trial.set_user_attr("config_key", previous.config.key())
+        trial.set_user_attr("measurement", previous.measurement.to_dict())
+        trial.set_user_attr("role", DUPLICATE)
+        trial.set_user_attr("duplicate_of", previous.number)
+        for key, c in scoring.constraints(previous.measurement).items():
+            trial.set_constraint(key, c)
+        study.tell(trial, previous.value)
+        return replace(previous, number=trial.number, role=DUPLICATE, duplicate_of=previous.number)
+
+    def _result(
+        self, study: optuna.Study, environment: dict[str, Any], notes: list[str]
+    ) -> TuneResult:
+        from .export import write_best_config
+
+        trials = records(study)
+        result = TuneResult(
+            study_name=self.study_name,
+            storage=self.storage,
+            trials=trials,
+            baseline=baseline_of(trials),
+            best=best_of(trials),
+            environment=environment,
+            notes=notes,
+        )
+        if result.best is not None:
+            path = write_best_config(result, self.out_dir / "best_config.yaml")
+            result = replace(result, best_config_path=path)
+        return result
+
+
+def _waiting(study: optuna.Study) -> bool:
+    return bool(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
+
+
+def tune(
+    space: Space | str | Path,
+    *,
+    n_trials: int | None = None,
+    timeout_s: float | None = None,
+    storage: str | None = None,
+    study_name: str | None = None,
+    out_dir: str | Path | None = None,
+    reporter: Reporter | None = None,
+) -> TuneResult:
+    """Search the space for the fastest config; the library form of ``autotune run``.
+
+    Args:
+        space: a :class:`Space` or the path of a space file.
+        n_trials: distinct configs to measure in total (finished ones of a resumed study
+            count); defaults to the space's ``budget.n_trials``.
+        timeout_s: stop starting trials after this many seconds of this call.
+        storage: Optuna storage URL; defaults to the space's ``study.storage``.
+        study_name: defaults to the space's ``study.name`` (the file's stem).
+        out_dir: folder for trial logs and ``best_config.yaml``.
+        reporter: receives notes and per-trial progress.
+
+    Returns:
+        A :class:`TuneResult` with every trial, the baseline and the recommended config.
+    """
+    if not isinstance(space, Space):
+        from .space import load_space
+
+        space = load_space(space)
+    return Tuner(
+        space,
+        n_trials=n_trials,
+        timeout_s=timeout_s,
+        storage=storage,
+        study_name=study_name,
+        out_dir=out_dir,
+        reporter=reporter,
+    ).run()

@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+WORKLOADS = HERE / "workloads.py"
+
+# Keep matplotlib and the inductor cache out of the home directory.
+os.environ.setdefault("MPLCONFIGDIR", "/tmp/autotune-test-mpl")
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    """The one skip helper for GPU tests: `@pytest.mark.cuda` skips cleanly without CUDA."""
+    if cuda_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def write_space(tmp_path):
+    """Write a space file into tmp_path; `{workloads}` expands to the test workloads file."""
+
+    def write(text: str, name: str = "space.yaml") -> Path:
+        path = tmp_path / name
+        path.write_text(textwrap.dedent(text).replace("{workloads}", str(WORKLOADS)))
+        return path
+
+    return write
+
+
+TINY_SPACE = """
+    workload: {workloads}:tiny
+    knobs:
+      batch_size: [8, 16, 32]
+      accumulation_steps: [1, 2]
+      num_workers: [0, 1]
+    baseline: {batch_size: 16}
+    trial: {warmup_steps: 1, measured_steps: 4, timeout_s: 120}
+    budget: {n_trials: 3}
+    study: {seed: 1}
+"""

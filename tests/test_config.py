@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+import pytest
+
+from autotune import AutotuneError, Config, load_config
+
+
+def test_defaults_are_plain_pytorch():
+    c = Config()
+    assert (c.amp_dtype, c.compile_mode, c.num_workers, c.accumulation_steps) == (
+        "fp32",
+        "off",
+        0,
+        1,
+    )
+    assert c.global_batch == 32
+
+
+def test_invalid_values_and_unknown_keys_are_rejected():
+    with pytest.raises(AutotuneError, match="amp_dtype must be one of"):
+        Config(amp_dtype="fp8")
+    with pytest.raises(AutotuneError, match="batch_size must be an integer >= 1"):
+        Config(batch_size=0)
+    with pytest.raises(AutotuneError, match="unknown knob"):
+        Config.from_dict({"batchsize": 3})
+
+
+def test_round_trip_and_short_form(tmp_path):
+    c = Config(batch_size=64, accumulation_steps=2, amp_dtype="bf16", gradient_checkpointing=True)
+    assert Config.from_dict(c.to_dict()) == c
+    assert c.short() == "bs=64 acc=2 amp=bf16 ckpt"
+    assert c.key() != Config(batch_size=64).key()
+    path = tmp_path / "best.yaml"
+    path.write_text("config:\n  batch_size: 64\n  amp_dtype: bf16\n")
+    assert load_config(path) == Config(batch_size=64, amp_dtype="bf16")

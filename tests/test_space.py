@@ -1,0 +1,128 @@
+from __future__ import annotations
+
+import pytest
+
+from autotune import Config, SpaceError, load_space
+from autotune.knobs import Capabilities
+from autotune.space import parse_space
+
+
+def test_valid_space_parses_with_sorted_ordinals_and_baseline_added(write_space):
+    space = load_space(
+        write_space("""
+        workload: pkg.mod:build
+        knobs:
+          batch_size: [64, 16, 32]
+          amp_dtype: [fp32, bf16]
+          compile_mode: [off, default]
+        baseline: {batch_size: 48}
+        budget: {n_trials: 5}
+    """)
+    )
+    # ordinal knobs are sorted, and the user's current batch size becomes a candidate
+    assert space.knobs["batch_size"] == (16, 32, 48, 64)
+    # YAML's bare `off` (read as False) is the "off" compile mode
+    assert space.knobs["compile_mode"] == ("off", "default")
+    assert space.baseline == Config(batch_size=48)
+    assert space.study.name == "space"  # the file's stem
+    assert set(space.searched) == {"batch_size", "amp_dtype", "compile_mode"}
+
+
+def test_single_value_fixes_a_knob(write_space):
+    space = load_space(
+        write_space("""
+        workload: m:f
+        knobs: {batch_size: [8, 16], num_workers: 2}
+    """)
+    )
+    assert "num_workers" not in space.searched
+    assert space.baseline.num_workers == 2
+    assert space.config_from({"batch_size": 16}) == Config(batch_size=16, num_workers=2)
+
+
+def test_problems_are_gathered_and_name_file_and_key(write_space):
+    path = write_space("""
+        workload: m:f
+        knobs:
+          batch_sise: [8]
+          amp_dtype: [fp32, fp8]
+          num_workers: [-1]
+          compile_mode: []
+        trial: {measured_steps: 1}
+        budget: {n_trials: 0}
+        colour: blue
+    """)
+    with pytest.raises(SpaceError) as info:
+        load_space(path)
+    problems = info.value.problems
+    text = "\n".join(problems)
+    assert all(p.startswith(str(path)) for p in problems)
+    assert "knobs.batch_sise: unknown key (did you mean 'batch_size'?)" in text
+    assert "knobs.amp_dtype: must be one of fp32, bf16, fp16 but got 'fp8'" in text
+    assert "knobs.num_workers: must be an integer >= 0 but got -1" in text
+    assert "knobs.compile_mode: must list at least one value" in text
+    assert "trial.measured_steps: must be an integer >= 2 but got 1" in text
+    assert "budget.n_trials: must be an integer >= 1 but got 0" in text
+    assert "colour: unknown key" in text
+    assert len(problems) == 7
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("workload: [1, 2\n", "not valid YAML at line 2"),
+        ("- a\n- b\n", "must be a mapping at the top level but got list"),
+        ("knobs: {}\n", "workload: is required"),
+        ("workload: nocolon\n", "workload: must be 'module:function'"),
+        ("workload: m:f\nbudget: {n_trials: null}\n", "otherwise the study never ends"),
+        ("workload: m:f\nstudy: {sampler: magic}\n", "study.sampler: must be one of tpe, random"),
+    ],
+)
+def test_bad_files_give_one_clear_error(write_space, text, message):
+    with pytest.raises(SpaceError, match=message):
+        load_space(write_space(text))
+
+
+def test_missing_file_is_a_space_error(tmp_path):
+    with pytest.raises(SpaceError, match="cannot read space file"):
+        load_space(tmp_path / "nope.yaml")
+
+
+def test_restrict_drops_what_cannot_run_here_with_notes():
+    space = parse_space(
+        {
+            "workload": "m:f",
+            "knobs": {
+                "cudnn_benchmark": [False, True],
+                "amp_dtype": ["fp32", "bf16", "fp16"],
+                "compile_mode": ["off", "default", "reduce-overhead"],
+                "gradient_checkpointing": [False, True],
+                "num_workers": [0, 2, 8],
+            },
+        }
+    )
+    cpu = Capabilities(device="cpu", fp16=False, cpu_count=2, workload_blocks=0)
+    restricted, notes = space.restrict(cpu)
+    assert restricted.knobs["cudnn_benchmark"] == (False,)
+    assert restricted.knobs["amp_dtype"] == ("fp32", "bf16")
+    assert restricted.knobs["compile_mode"] == ("off", "default")
+    assert restricted.knobs["gradient_checkpointing"] == (False,)
+    assert restricted.knobs["num_workers"] == (0, 2)
+    text = "\n".join(notes)
+    assert "cudnn_benchmark=True dropped: has no effect without CUDA" in text
+    assert "amp_dtype=fp16 dropped" in text
+    assert "reduce-overhead dropped" in text
+    assert "gradient_checkpointing=True dropped" in text
+    assert "num_workers=8 dropped" in text
+    cuda = Capabilities(device="cuda", cpu_count=16, workload_blocks=4)
+    full, notes = space.restrict(cuda)
+    assert full.knobs == space.knobs and notes == []
+
+
+def test_fingerprint_changes_with_the_space_not_the_budget():
+    a = parse_space({"workload": "m:f", "knobs": {"batch_size": [8, 16]}})
+    b = parse_space(
+        {"workload": "m:f", "knobs": {"batch_size": [8, 16]}, "budget": {"n_trials": 3}}
+    )
+    c = parse_space({"workload": "m:f", "knobs": {"batch_size": [8, 32]}})
+    assert a.fingerprint() == b.fingerprint() != c.fingerprint()

@@ -1,0 +1,67 @@
+"""Tiny workloads for the tests: a trial of these takes well under a second of compute."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+import autotune
+
+
+class Blobs(torch.utils.data.Dataset):
+    def __init__(self, n: int = 512, dim: int = 16, seed: int = 0) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.x = torch.randn(n, dim, generator=g)
+        self.y = (self.x @ torch.randn(dim, generator=g) > 0).long()
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i: int):
+        return self.x[i], self.y[i]
+
+
+class MLP(nn.Module):
+    def __init__(self, dim: int = 16, hidden: int = 32) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(
+            [
+                nn.Sequential(nn.Linear(dim, hidden), nn.ReLU()),
+                nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU()),
+            ]
+        )
+        self.head = nn.Linear(hidden, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def _loss(model: nn.Module, batch) -> torch.Tensor:
+    x, y = batch
+    return F.cross_entropy(model(x), y)
+
+
+def tiny(hidden: int = 32) -> autotune.Workload:
+    return autotune.Workload(
+        name="tiny-mlp",
+        model=lambda: MLP(hidden=hidden),
+        dataset=Blobs,
+        loss=_loss,
+        optimizer=lambda params: torch.optim.SGD(params, lr=0.1),
+        blocks=lambda model: list(model.blocks),
+    )
+
+
+def no_blocks() -> autotune.Workload:
+    return autotune.Workload(model=MLP, dataset=Blobs, loss=_loss)
+
+
+def not_a_workload():
+    return 42
+
+
+def raises_in_factory():
+    raise RuntimeError("the user's factory is broken")
