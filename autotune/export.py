@@ -26,6 +26,11 @@ def recommendation(result: TuneResult) -> dict[str, Any]:
         "peak_mem_bytes": m.peak_mem_bytes,
         "mem_kind": m.mem_kind,
     }
+    if best.loss_deviation is not None:
+        measured["loss_deviation_vs_fp32_reference"] = round(best.loss_deviation, 5)
+    if result.memory_budget_bytes is not None:
+        measured["memory_budget_bytes"] = result.memory_budget_bytes
+        measured["memory_headroom_bytes"] = result.headroom_bytes
     if m.tokens_per_s:
         measured["tokens_per_s"] = round(m.tokens_per_s, 1)
     if base is not None:
@@ -33,6 +38,8 @@ def recommendation(result: TuneResult) -> dict[str, Any]:
         measured["baseline_objective"] = round(base.value, 3)
         if result.speedup is not None:
             measured["speedup"] = round(result.speedup, 3)
+    if result.global_batch is None:
+        measured["warning"] = "global batch was free: convergence may differ from the baseline"
     return {
         "config": best.config.to_dict(),
         "measured": measured,

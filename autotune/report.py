@@ -52,8 +52,10 @@ class ConsoleReporter(Reporter):
         self.console.print(f"[dim]note:[/dim] {message}")
 
     def trial(self, record, best, baseline, done, total) -> None:
-        m = record.measurement
-        status = "[green]ok[/green]" if m.ok else f"[red]{m.status}[/red]: {escape(m.reason)}"
+        if record.feasible:
+            status = "[green]ok[/green]"
+        else:
+            status = f"[red]{record.status}[/red]: {escape(record.reason)}"
         best_text = f"best #{best.number} {_speedup(best, baseline)}" if best else "best -"
         of = f"/{total}" if total else ""
         self.console.print(
@@ -86,7 +88,7 @@ def summary_table(result: TuneResult) -> Table:
             f"{t.number}{mark}",
             t.role,
             t.config.short(),
-            m.status if m.ok else escape(f"{m.status}: {m.reason[:60]}"),
+            t.status if t.feasible else escape(f"{t.status}: {t.reason[:70]}"),
             f"{m.samples_per_s:,.1f}" if m.samples_per_s else "-",
             _speedup(t, result.baseline),
             fmt_bytes(m.peak_mem_bytes),
@@ -101,6 +103,13 @@ def print_summary(result: TuneResult, console: Console | None = None) -> None:
     console.print(summary_table(result))
     for note in result.notes:
         console.print(f"[dim]note:[/dim] {note}")
+    counts = ", ".join(f"{n} {status}" for status, n in sorted(result.status_counts().items()))
+    console.print(f"trials by status: {counts}")
+    if not result.global_batch:
+        console.print(
+            "[yellow]warning:[/yellow] global_batch is free: the recommended config "
+            "may change samples per optimizer step, and with it convergence"
+        )
     best, base = result.best, result.baseline
     if best is None:
         console.print("[red]no feasible trial: nothing to recommend[/red]")
@@ -115,6 +124,16 @@ def print_summary(result: TuneResult, console: Console | None = None) -> None:
         console.print(
             f"baseline (trial #{base.number}) did not run cleanly: "
             f"{base.measurement.status}: {base.measurement.reason}"
+        )
+    if result.memory_budget_bytes is not None and result.headroom_bytes is not None:
+        console.print(
+            f"memory: peak {fmt_bytes(best.measurement.peak_mem_bytes)} of a "
+            f"{fmt_bytes(result.memory_budget_bytes)} budget "
+            f"(headroom {fmt_bytes(result.headroom_bytes)})"
+        )
+    if best.loss_deviation is not None:
+        console.print(
+            f"accuracy: final losses within {best.loss_deviation:.2%} of the fp32 reference run"
         )
     if result.best_config_path:
         console.print(f"best config written to {result.best_config_path}")

@@ -50,6 +50,89 @@ class StudySettings:
 
 
 @dataclass(frozen=True)
+class AccuracyGuard:
+    """How far a trial's loss trajectory may stray from the fp32 reference run.
+
+    A trial fails when the mean of its last ``last_k`` losses deviates from the
+    reference's by more than ``tolerance`` (relative), or when any loss exceeds
+    ``divergence`` times the reference's largest loss. NaN/Inf always fails.
+    """
+
+    enabled: bool = True
+    tolerance: float = 0.05
+    last_k: int = 5
+    divergence: float = 10.0
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What makes a fast config safe to adopt.
+
+    ``memory``: ``None`` (no limit), bytes (an int > 1 or a size like ``"6GiB"``) or a
+    fraction (0 < x <= 1) of the trial device's memory. ``max_alloc_retries``: on CUDA, a
+    trial whose caching allocator had to free and retry more often than this is judged
+    over memory: it thrashes now and will OOM later in training.
+    """
+
+    memory: int | float | None = 0.9
+    max_alloc_retries: int = 0
+    accuracy: AccuracyGuard = AccuracyGuard()
+
+    def memory_bytes(self, device_memory_bytes: int | None) -> int | None:
+        """The memory budget in bytes on a device with ``device_memory_bytes``."""
+        if self.memory is None:
+            return None
+        if isinstance(self.memory, float) and self.memory <= 1.0:
+            return int(self.memory * device_memory_bytes) if device_memory_bytes else None
+        return int(self.memory)
+
+
+_UNITS = {
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+
+
+def parse_memory(value: Any) -> int | float | None:
+    """``None``, a fraction in (0, 1], bytes, or a size string like ``"512MiB"``.
+
+    Raises:
+        ValueError: saying what is allowed.
+    """
+    allowed = "a fraction in (0, 1] of device memory, bytes, or a size like '6GiB'"
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ValueError(f"must be {allowed} but got {value!r}")
+    if isinstance(value, float):
+        if 0 < value <= 1:
+            return value
+        raise ValueError(f"must be {allowed} but got {value!r}")
+    if isinstance(value, int):
+        if value > 1:
+            return value
+        raise ValueError(f"must be {allowed} but got {value!r}")
+    if isinstance(value, str):
+        text = value.strip().lower().replace(" ", "")
+        number = text.rstrip("abcdefghijklmnopqrstuvwxyz")
+        unit = text[len(number) :] or "b"
+        try:
+            amount = float(number)
+        except ValueError:
+            amount = -1.0
+        if unit in _UNITS and amount > 0:
+            return int(amount * _UNITS[unit])
+    raise ValueError(f"must be {allowed} but got {value!r}")
+
+
+@dataclass(frozen=True)
 class Space:
     """A validated search space.
 
@@ -69,6 +152,13 @@ class Space:
     output_dir: str = "autotune-runs"
     base_dir: Path = Path(".")
     source: str = "<space>"
+    limits: Limits = Limits()
+    global_batch: int | None = None  # fixed samples per optimizer step; None = free
+    notes: tuple[str, ...] = ()  # what parsing changed, shown before the search
+
+    @property
+    def fixed_batch(self) -> bool:
+        return self.global_batch is not None
 
     @property
     def searched(self) -> dict[str, tuple[Any, ...]]:
@@ -78,7 +168,10 @@ class Space:
     def config_from(self, values: Mapping[str, Any]) -> Config:
         """A full config: ``values`` over the fixed knobs over the baseline."""
         fixed = {k: v[0] for k, v in self.knobs.items() if len(v) == 1}
-        return self.baseline.replace(**{**fixed, **values})
+        config = self.baseline.replace(**{**fixed, **values})
+        if self.global_batch is not None:
+            config = config.replace(accumulation_steps=self.global_batch // config.batch_size)
+        return config
 
     def fingerprint(self) -> str:
         """A hash of what makes measurements comparable (not the budget or storage)."""
@@ -88,6 +181,8 @@ class Space:
             "knobs": {k: list(v) for k, v in sorted(self.knobs.items())},
             "baseline": self.baseline.to_dict(),
             "trial": self.trial.__dict__,
+            "global_batch": self.global_batch,
+            "accuracy": self.limits.accuracy.__dict__,
         }
         blob = json.dumps(data, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
@@ -130,6 +225,8 @@ _TOP_KEYS = {
     "budget",
     "study",
     "output_dir",
+    "limits",
+    "global_batch",
 }
 
 
@@ -257,6 +354,86 @@ def _parse_baseline(raw: Any, problems: list[str]) -> dict[str, Any]:
     return values
 
 
+def _parse_limits(raw: Any, problems: list[str]) -> Limits:
+    if raw is None:
+        return Limits()
+    if not isinstance(raw, Mapping):
+        problems.append(f"limits: must be a mapping but got {type(raw).__name__}")
+        return Limits()
+    raw = dict(raw)
+    accuracy_raw = raw.pop("accuracy", None)
+    memory = Limits.memory
+    if "memory" in raw:
+        try:
+            memory = parse_memory(raw.pop("memory"))
+        except ValueError as e:
+            problems.append(f"limits.memory: {e}")
+    limits = _section(raw, Limits, "limits", problems, max_alloc_retries=_int_at_least(0))
+    if accuracy_raw is False:  # `accuracy: off`
+        accuracy = AccuracyGuard(enabled=False)
+    else:
+        accuracy = _section(
+            accuracy_raw,
+            AccuracyGuard,
+            "limits.accuracy",
+            problems,
+            enabled=lambda v: (
+                None if isinstance(v, bool) else f"must be true or false but got {v!r}"
+            ),
+            tolerance=_positive_number(),
+            last_k=_int_at_least(1),
+            divergence=_positive_number(),
+        )
+    return replace(limits, memory=memory, accuracy=accuracy)
+
+
+def _fix_global_batch(
+    data: Mapping[str, Any],
+    knobs: dict[str, tuple[Any, ...]],
+    baseline: Config,
+    problems: list[str],
+    notes: list[str],
+) -> int | None:
+    """Resolve ``global_batch`` (default: the baseline's) and keep the batch sizes dividing it.
+
+    With a fixed global batch, ``accumulation_steps`` is derived from ``batch_size``, so
+    every trial does the same work per optimizer step and loss trajectories compare.
+    """
+    raw = data.get("global_batch", baseline.global_batch)
+    if raw == "free":
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
+        problems.append(f"global_batch: must be an integer >= 1 or 'free' but got {raw!r}")
+        return None
+    if "accumulation_steps" in knobs:
+        problems.append(
+            "knobs.accumulation_steps: is derived as global_batch / batch_size while the global "
+            "batch is fixed; set global_batch (or baseline), or use global_batch: free"
+        )
+        return None
+    if raw % baseline.batch_size:
+        problems.append(
+            f"baseline.batch_size: {baseline.batch_size} does not divide global_batch {raw}"
+        )
+        return None
+    if "accumulation_steps" in (data.get("baseline") or {}) and baseline.global_batch != raw:
+        problems.append(
+            f"baseline: batch_size x accumulation_steps = {baseline.global_batch} "
+            f"but global_batch is {raw}"
+        )
+        return None
+    if "batch_size" in knobs:
+        kept = tuple(b for b in knobs["batch_size"] if raw % b == 0)
+        dropped = [b for b in knobs["batch_size"] if raw % b]
+        if dropped:
+            notes.append(
+                f"batch_size {', '.join(map(str, dropped))} dropped: "
+                f"does not divide global_batch {raw}"
+            )
+        knobs["batch_size"] = kept
+    return raw
+
+
 def parse_space(data: Any, *, source: str = "<space>", base_dir: Path = Path(".")) -> Space:
     """Validate an already-loaded mapping as a space. See :func:`load_space`."""
     if not isinstance(data, Mapping):
@@ -317,10 +494,17 @@ def parse_space(data: Any, *, source: str = "<space>", base_dir: Path = Path("."
         problems.append(f"output_dir: must be a non-empty string but got {output_dir!r}")
     if budget.n_trials is None and budget.timeout_s is None:
         problems.append("budget: set n_trials, timeout_s or both (otherwise the study never ends)")
+    limits = _parse_limits(data.get("limits"), problems)
     if problems:
         raise SpaceError([f"{source}: {p}" for p in problems])
 
     baseline = Config(**{**{k: v[0] for k, v in knobs.items() if len(v) == 1}, **baseline_values})
+    notes: list[str] = []
+    global_batch = _fix_global_batch(data, knobs, baseline, problems, notes)
+    if problems:
+        raise SpaceError([f"{source}: {p}" for p in problems])
+    if global_batch is not None:
+        baseline = baseline.replace(accumulation_steps=global_batch // baseline.batch_size)
     # The user's current setting is always a candidate, so the baseline lies in the space.
     for name, value in baseline.to_dict().items():
         if name in knobs and value not in knobs[name]:
@@ -338,6 +522,9 @@ def parse_space(data: Any, *, source: str = "<space>", base_dir: Path = Path("."
         output_dir=output_dir,
         base_dir=base_dir,
         source=source,
+        limits=limits,
+        global_batch=global_batch,
+        notes=tuple(notes),
     )
 
 

@@ -18,9 +18,9 @@ import optuna
 
 from . import runner, scoring
 from .config import Config
-from .errors import StorageError
+from .errors import StorageError, WorkloadError
 from .knobs import KNOBS, Capabilities
-from .measurement import Measurement
+from .measurement import OK, Measurement
 from .space import Space
 
 BASELINE, SEARCH, DUPLICATE = "baseline", "search", "duplicate"
@@ -29,18 +29,21 @@ MAX_DUPLICATES_IN_A_ROW = 30
 
 @dataclass(frozen=True)
 class TrialRecord:
-    """One finished trial: its config, what it measured, and the objective value."""
+    """One finished trial: its config, what it measured, the verdict and objective value."""
 
     number: int
     config: Config
     measurement: Measurement
     value: float
     role: str = SEARCH
+    status: str = "ok"
+    reason: str = ""
     duplicate_of: int | None = None
+    loss_deviation: float | None = None
 
     @property
     def feasible(self) -> bool:
-        return self.measurement.ok
+        return self.status == OK
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,8 @@ class TuneResult:
     environment: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     best_config_path: Path | None = None
+    memory_budget_bytes: int | None = None
+    global_batch: int | None = None
 
     @property
     def speedup(self) -> float | None:
@@ -62,6 +67,21 @@ class TuneResult:
         if not (self.best and self.baseline and self.baseline.feasible and self.baseline.value):
             return None
         return self.best.value / self.baseline.value
+
+    @property
+    def headroom_bytes(self) -> int | None:
+        """Memory budget left unused by the recommended config."""
+        peak = self.best.measurement.peak_mem_bytes if self.best else None
+        if peak is None or self.memory_budget_bytes is None:
+            return None
+        return self.memory_budget_bytes - peak
+
+    def status_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for t in self.trials:
+            if t.role != DUPLICATE:
+                counts[t.status] = counts.get(t.status, 0) + 1
+        return counts
 
 
 class Reporter:
@@ -163,7 +183,10 @@ def records(study: optuna.Study) -> list[TrialRecord]:
                 measurement=Measurement.from_dict(attrs["measurement"]),
                 value=float(t.value) if t.value is not None else 0.0,
                 role=attrs.get("role", SEARCH),
+                status=attrs.get("status", attrs["measurement"].get("status", OK)),
+                reason=attrs.get("reason", ""),
                 duplicate_of=attrs.get("duplicate_of"),
+                loss_deviation=attrs.get("loss_deviation"),
             )
         )
     return out
@@ -201,26 +224,41 @@ class Tuner:
         self.study_name = study_name or space.study.name
         self.out_dir = Path(out_dir or space.output_dir) / self.study_name
         self.reporter = reporter or Reporter()
+        self.reference: list[float] | None = None
+        self.memory_budget: int | None = None
+        self.environment: dict[str, Any] = {}
+        self.notes: list[str] = []
 
     def _trial_dir(self, number: int) -> Path:
         return self.out_dir / f"trial-{number:04d}"
 
-    def _prepare(self) -> tuple[Space, dict[str, Any], list[str]]:
+    def _prepare(self) -> None:
         """Probe the machine and workload; restrict the space to what can run here."""
         probe = runner.probe(self.space, self.out_dir / "probe")
         caps = Capabilities.from_dict(probe["capabilities"])
-        space, notes = self.space.restrict(caps)
-        for note in notes:
+        self.space, notes = self.space.restrict(caps)
+        self.environment = probe["environment"]
+        self.notes = [*self.space.notes, *notes]
+        if not self.space.fixed_batch:
+            self.notes.append(
+                "global_batch is free: trials differ in samples per optimizer step, so "
+                "convergence may change and loss trajectories are only checked for NaN/divergence"
+            )
+        for note in self.notes:
             self.reporter.note(note)
-        return space, probe["environment"], notes
+        self.memory_budget = self.space.limits.memory_bytes(
+            self.environment.get("device_memory_bytes")
+        )
 
     def run(self) -> TuneResult:
-        space, environment, notes = self._prepare()
+        self._prepare()
+        space = self.space
         study = open_study(space, self.storage, self.study_name)
-        study.set_user_attr("environment", environment)
+        study.set_user_attr("environment", self.environment)
         trials = records(study)
         if baseline_of(trials) is None and not _waiting(study):
             study.enqueue_trial(_encode(space, space.baseline), user_attrs={"role": BASELINE})
+        self.reference = self._reference(study, trials)
         size = math.prod(len(v) for v in space.searched.values())
         measured = {t.config.key(): t for t in trials if t.role != DUPLICATE}
         done = len(measured)
@@ -240,57 +278,126 @@ class Tuner:
             config = _decode(space, trial.params)
             previous = measured.get(config.key())
             if previous is not None:
-                self._reuse(study, trial, previous)
+                self._tell(
+                    study,
+                    trial,
+                    previous.config,
+                    previous.measurement,
+                    DUPLICATE,
+                    duplicate_of=previous.number,
+                )
                 dup_streak += 1
                 continue
             dup_streak = 0
-            record = self._measure(study, trial, space, config)
+            record = self._measure(study, trial, config)
             measured[config.key()] = record
             trials.append(record)
             done += 1
             self.reporter.trial(record, best_of(trials), baseline_of(trials), done, self.n_trials)
         if dup_streak >= MAX_DUPLICATES_IN_A_ROW:
-            notes.append(f"stopped: the sampler proposed {dup_streak} measured configs in a row")
+            self.notes.append(
+                f"stopped: the sampler proposed {dup_streak} measured configs in a row"
+            )
         elif done >= size:
-            notes.append(f"all {size} configs of the space are measured")
-        return self._result(study, environment, notes)
+            self.notes.append(f"all {size} configs of the space are measured")
+        return self._result(study)
 
-    def _measure(
-        self, study: optuna.Study, trial: optuna.Trial, space: Space, config: Config
-    ) -> TrialRecord:
-        role = trial.user_attrs.get("role", SEARCH)
+    def _reference(self, study: optuna.Study, trials: list[TrialRecord]) -> list[float] | None:
+        """The fp32, no-compile loss trajectory trials are compared against.
+
+        Run once per study and kept in its user attrs, so a resumed study reuses it. When
+        the baseline itself is fp32 without compile, the baseline trial is the reference.
+        """
+        if not self.space.limits.accuracy.enabled:
+            return None
+        stored = study.user_attrs.get("reference")
+        if stored is not None:
+            return [float(x) for x in stored["losses"]]
+        config = self.space.baseline.replace(amp_dtype="fp32", compile_mode="off")
+        baseline = baseline_of(trials)
+        if config == self.space.baseline and baseline is not None:
+            m = baseline.measurement
+        elif config == self.space.baseline:
+            # Run the enqueued baseline trial now; it is judged against its own losses.
+            trial = study.ask(_distributions(self.space))
+            m = self._run(study, trial, config)
+            record = self._tell(
+                study, trial, config, m, BASELINE, reference=m.losses if m.ok else None
+            )
+            trials.append(record)
+            self.reporter.trial(record, best_of(trials), record, 1, self.n_trials)
+        else:
+            self.reporter.note(
+                f"running the fp32 reference ({config.short()}) for the accuracy guard"
+            )
+            m = runner.run_trial(self.space, config, self.out_dir / "reference")
+        if not m.ok:
+            raise WorkloadError(
+                f"the fp32 reference run ({config.short()}) did not train cleanly: "
+                f"{m.status}: {m.reason}; fix the workload, or set limits.accuracy: off"
+            )
+        study.set_user_attr("reference", {"config": config.to_dict(), "losses": m.losses})
+        return m.losses
+
+    def _run(self, study: optuna.Study, trial: optuna.Trial, config: Config) -> Measurement:
         try:
-            m = runner.run_trial(space, config, self._trial_dir(trial.number))
-        except BaseException:
+            return runner.run_trial(self.space, config, self._trial_dir(trial.number))
+        except BaseException:  # Ctrl-C: the trial is not finished; it does not count
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             raise
-        value = scoring.objective(m, space.trial)
-        trial.set_user_attr("config", config.to_dict())
-        trial.set_user_attr("config_key", config.key())
-        trial.set_user_attr("measurement", m.to_dict())
-        trial.set_user_attr("role", role)
-        for key, c in scoring.constraints(m).items():
+
+    def _measure(self, study: optuna.Study, trial: optuna.Trial, config: Config) -> TrialRecord:
+        m = self._run(study, trial, config)
+        return self._tell(study, trial, config, m, trial.user_attrs.get("role", SEARCH))
+
+    def _tell(
+        self,
+        study: optuna.Study,
+        trial: optuna.Trial,
+        config: Config,
+        m: Measurement,
+        role: str,
+        *,
+        duplicate_of: int | None = None,
+        reference: list[float] | None = None,
+    ) -> TrialRecord:
+        """Judge a measurement, store it on the trial and finish the trial."""
+        verdict = scoring.judge(
+            m,
+            self.space,
+            reference=reference or self.reference,
+            memory_budget_bytes=self.memory_budget,
+        )
+        value = scoring.objective(m, self.space.trial)
+        attrs = {
+            "config": config.to_dict(),
+            "config_key": config.key(),
+            "measurement": m.to_dict(),
+            "role": role,
+            "status": verdict.status,
+            "reason": verdict.reason,
+            "loss_deviation": verdict.loss_deviation,
+        }
+        if duplicate_of is not None:
+            attrs["duplicate_of"] = duplicate_of
+        for key, v in attrs.items():
+            trial.set_user_attr(key, v)
+        for key, c in verdict.constraints.items():
             trial.set_constraint(key, c)
         study.tell(trial, value)
-        return TrialRecord(trial.number, config, m, value, role)
+        return TrialRecord(
+            trial.number,
+            config,
+            m,
+            value,
+            role,
+            verdict.status,
+            verdict.reason,
+            duplicate_of,
+            verdict.loss_deviation,
+        )
 
-    def _reuse(
-        self, study: optuna.Study, trial: optuna.Trial, previous: TrialRecord
-    ) -> TrialRecord:
-        """Record a config measured before without running it again."""
-        trial.set_user_attr("config", previous.config.to_dict())
-        trial.set_user_attr("config_key", previous.config.key())
-        trial.set_user_attr("measurement", previous.measurement.to_dict())
-        trial.set_user_attr("role", DUPLICATE)
-        trial.set_user_attr("duplicate_of", previous.number)
-        for key, c in scoring.constraints(previous.measurement).items():
-            trial.set_constraint(key, c)
-        study.tell(trial, previous.value)
-        return replace(previous, number=trial.number, role=DUPLICATE, duplicate_of=previous.number)
-
-    def _result(
-        self, study: optuna.Study, environment: dict[str, Any], notes: list[str]
-    ) -> TuneResult:
+    def _result(self, study: optuna.Study) -> TuneResult:
         from .export import write_best_config
 
         trials = records(study)
@@ -300,8 +407,10 @@ class Tuner:
             trials=trials,
             baseline=baseline_of(trials),
             best=best_of(trials),
-            environment=environment,
-            notes=notes,
+            environment=self.environment,
+            notes=self.notes,
+            memory_budget_bytes=self.memory_budget,
+            global_batch=self.space.global_batch,
         )
         if result.best is not None:
             path = write_best_config(result, self.out_dir / "best_config.yaml")

@@ -46,9 +46,9 @@ TINY_SPACE = """
     workload: {workloads}:tiny
     knobs:
       batch_size: [8, 16, 32]
-      accumulation_steps: [1, 2]
       num_workers: [0, 1]
     baseline: {batch_size: 16}
+    global_batch: 32
     trial: {warmup_steps: 1, measured_steps: 4, timeout_s: 120}
     budget: {n_trials: 3}
     study: {seed: 1}

@@ -16,6 +16,7 @@ def test_valid_space_parses_with_sorted_ordinals_and_baseline_added(write_space)
           amp_dtype: [fp32, bf16]
           compile_mode: [off, default]
         baseline: {batch_size: 48}
+        global_batch: free
         budget: {n_trials: 5}
     """)
     )
@@ -33,6 +34,7 @@ def test_single_value_fixes_a_knob(write_space):
         write_space("""
         workload: m:f
         knobs: {batch_size: [8, 16], num_workers: 2}
+        global_batch: free
     """)
     )
     assert "num_workers" not in space.searched
@@ -126,3 +128,61 @@ def test_fingerprint_changes_with_the_space_not_the_budget():
     )
     c = parse_space({"workload": "m:f", "knobs": {"batch_size": [8, 32]}})
     assert a.fingerprint() == b.fingerprint() != c.fingerprint()
+
+
+def test_global_batch_defaults_to_the_baseline_and_fixes_the_split(write_space):
+    space = load_space(
+        write_space("""
+        workload: m:f
+        knobs: {batch_size: [8, 16, 24, 32, 64]}
+        baseline: {batch_size: 16, accumulation_steps: 2}
+    """)
+    )
+    assert space.global_batch == 32
+    assert space.knobs["batch_size"] == (8, 16, 32)  # 24 and 64 do not divide 32
+    assert any("batch_size 24, 64 dropped" in n for n in space.notes)
+    assert space.config_from({"batch_size": 8}).accumulation_steps == 4
+    assert space.baseline.global_batch == 32
+
+
+def test_global_batch_free_searches_accumulation(write_space):
+    space = load_space(
+        write_space("""
+        workload: m:f
+        knobs: {batch_size: [8, 16], accumulation_steps: [1, 2]}
+        global_batch: free
+    """)
+    )
+    assert not space.fixed_batch and "accumulation_steps" in space.searched
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("knobs: {accumulation_steps: [1, 2]}\n", "knobs.accumulation_steps: is derived"),
+        ("global_batch: 100\nbaseline: {batch_size: 32}\n", "32 does not divide global_batch 100"),
+        ("global_batch: 0\n", "global_batch: must be an integer >= 1 or 'free'"),
+        (
+            "global_batch: 64\nbaseline: {batch_size: 16, accumulation_steps: 2}\n",
+            "batch_size x accumulation_steps = 32 but global_batch is 64",
+        ),
+        ("limits: {memory: 2.5}\n", "limits.memory: must be a fraction in"),
+        ("limits: {memory: lots}\n", "limits.memory: must be a fraction in"),
+        ("limits: {accuracy: {tolerance: -1}}\n", "limits.accuracy.tolerance: must be a number"),
+        ("limits: {accuracy: {tol: 1}}\n", "limits.accuracy.tol: unknown key"),
+    ],
+)
+def test_bad_limits_and_batches(write_space, text, message):
+    with pytest.raises(SpaceError, match=message):
+        load_space(write_space("workload: m:f\n" + text))
+
+
+def test_memory_limits_parse_sizes_and_fractions(write_space):
+    from autotune.space import parse_memory
+
+    assert parse_memory("512MiB") == 512 * 2**20
+    assert parse_memory("6 GB") == 6 * 10**9
+    assert parse_memory(0.5) == 0.5 and parse_memory(4096) == 4096
+    space = load_space(write_space("workload: m:f\nlimits: {memory: 0.25, accuracy: off}\n"))
+    assert space.limits.memory_bytes(8 * 2**30) == 2 * 2**30
+    assert not space.limits.accuracy.enabled

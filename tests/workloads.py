@@ -65,3 +65,51 @@ def not_a_workload():
 
 def raises_in_factory():
     raise RuntimeError("the user's factory is broken")
+
+
+class Overflow(nn.Module):
+    """Activations of ~1e6 between two layers: finite in fp32/bf16, inf in fp16 (max 65504)."""
+
+    def __init__(self, dim: int = 16) -> None:
+        super().__init__()
+        self.up = nn.Linear(dim, 64)
+        with torch.no_grad():
+            self.up.weight.mul_(2e5)
+        self.norm = nn.LayerNorm(64)
+        self.head = nn.Linear(64, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.norm(self.up(x)))
+
+
+def overflow() -> autotune.Workload:
+    return autotune.Workload(
+        name="fp16-overflow",
+        model=Overflow,
+        dataset=Blobs,
+        loss=_loss,
+        optimizer=lambda params: torch.optim.SGD(params, lr=0.05),
+    )
+
+
+class Wide(nn.Module):
+    def __init__(self, dim: int = 16, hidden: int = 4096) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Linear(dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU()
+        )
+        self.head = nn.Linear(hidden, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(x))
+
+
+def wide() -> autotune.Workload:
+    """Activation memory grows with the batch: ~100 MiB more RSS at batch 2048 than at 8."""
+    return autotune.Workload(
+        name="wide",
+        model=Wide,
+        dataset=lambda: Blobs(n=4096),
+        loss=_loss,
+        optimizer=lambda params: torch.optim.SGD(params, lr=0.01),
+    )

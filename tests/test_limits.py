@@ -1,0 +1,142 @@
+"""Memory budget, accuracy guard and fixed global batch, with real trials."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from autotune import Config, Measurement, load_space, tune
+from autotune.runner import run_trial
+from autotune.scoring import judge
+from autotune.space import parse_space
+
+
+def test_memory_budget_makes_large_batches_infeasible(write_space, tmp_path):
+    probe_space = load_space(
+        write_space(
+            """
+        workload: {workloads}:wide
+        trial: {warmup_steps: 1, measured_steps: 2}
+    """,
+            "probe.yaml",
+        )
+    )
+    small = run_trial(probe_space, Config(batch_size=8), tmp_path / "small")
+    large = run_trial(probe_space, Config(batch_size=2048), tmp_path / "large")
+    assert small.ok and large.ok
+    assert large.peak_mem_bytes > small.peak_mem_bytes + 50 * 2**20
+    budget = (small.peak_mem_bytes + large.peak_mem_bytes) // 2
+
+    space = write_space(f"""
+        workload: {{workloads}}:wide
+        knobs: {{batch_size: [8, 2048]}}
+        baseline: {{batch_size: 2048}}
+        global_batch: free
+        limits: {{memory: {budget}}}
+        trial: {{warmup_steps: 1, measured_steps: 2}}
+        budget: {{n_trials: 2}}
+    """)
+    result = tune(space, storage=f"sqlite:///{tmp_path}/s.db", out_dir=tmp_path / "runs")
+    by_batch = {t.config.batch_size: t for t in result.trials}
+    assert by_batch[2048].status == "over-memory"
+    assert "exceeds the budget" in by_batch[2048].reason
+    # The large batch is faster per sample, but the winner respects the budget.
+    assert by_batch[2048].measurement.samples_per_s > by_batch[8].measurement.samples_per_s
+    assert result.best.config.batch_size == 8
+    assert 0 < result.headroom_bytes < budget
+    study = optuna.load_study(study_name="space", storage=f"sqlite:///{tmp_path}/s.db")
+    assert study.best_trial.params["batch_size"] == 0  # index of 8: Optuna sees the constraint
+
+
+def test_fp16_overflow_is_rejected_while_bf16_and_fp32_pass(write_space, tmp_path):
+    space = write_space("""
+        workload: {workloads}:overflow
+        knobs: {amp_dtype: [fp32, bf16, fp16]}
+        trial: {warmup_steps: 1, measured_steps: 3}
+        budget: {n_trials: 3}
+    """)
+    result = tune(space, storage=f"sqlite:///{tmp_path}/s.db", out_dir=tmp_path / "runs")
+    status = {t.config.amp_dtype: t for t in result.trials}
+    assert status["fp32"].status == "ok" and status["bf16"].status == "ok"
+    assert status["fp16"].status == "nan"
+    assert "loss is" in status["fp16"].reason
+    # GradScaler saw the overflow and skipped the steps instead of applying inf gradients.
+    assert status["fp16"].measurement.skipped_steps > 0
+    assert result.best.config.amp_dtype in ("fp32", "bf16")
+
+
+def test_fixed_global_batch_and_reference_stored_once(write_space, tmp_path):
+    space = write_space("""
+        workload: {workloads}:tiny
+        knobs: {batch_size: [4, 8, 16, 32, 64], amp_dtype: [fp32, bf16]}
+        baseline: {batch_size: 16, amp_dtype: bf16}
+        global_batch: 32
+        trial: {warmup_steps: 1, measured_steps: 3}
+        budget: {n_trials: 3}
+    """)
+    storage = f"sqlite:///{tmp_path}/s.db"
+    result = tune(space, storage=storage, out_dir=tmp_path / "runs")
+    assert any("batch_size 64 dropped" in n for n in result.notes)
+    for t in result.trials:
+        assert t.config.batch_size * t.config.accumulation_steps == 32
+    # The baseline is bf16, so the fp32 reference ran apart and is kept in the study.
+    reference_dir = tmp_path / "runs" / "space" / "reference"
+    assert (reference_dir / "result.json").exists()
+    study = optuna.load_study(study_name="space", storage=storage)
+    reference = study.user_attrs["reference"]
+    assert reference["config"]["amp_dtype"] == "fp32" and len(reference["losses"]) == 4
+    for t in result.trials:  # equal work per step: every trajectory tracks the reference
+        assert t.status == "ok", t.reason
+
+    # Resume with a larger budget: the reference is not run again.
+    for f in reference_dir.iterdir():
+        f.unlink()
+    more = tune(space, n_trials=5, storage=storage, out_dir=tmp_path / "runs")
+    assert len([t for t in more.trials if t.role != "duplicate"]) == 5
+    assert not (reference_dir / "result.json").exists()
+
+
+def _space(**limits):
+    return parse_space({"workload": "m:f", "limits": limits})
+
+
+def _m(**kw):
+    return Measurement(**{"status": "ok", "samples_per_s": 100.0, **kw})
+
+
+def test_judge_accuracy_tolerance_and_divergence():
+    space = _space(accuracy={"tolerance": 0.05, "last_k": 2})
+    ref = [2.0, 1.5, 1.0, 1.0]
+    assert judge(_m(losses=[2.0, 1.5, 1.02, 1.03]), space, reference=ref).status == "ok"
+    v = judge(_m(losses=[2.0, 1.5, 1.2, 1.2]), space, reference=ref)
+    assert v.status == "accuracy" and "deviates 20.0%" in v.reason
+    assert v.constraints["accuracy"] > 0
+    v = judge(_m(losses=[2.0, 50.0, 1.0, 1.0]), space, reference=ref)
+    assert v.status == "accuracy" and "diverged" in v.reason
+    v = judge(
+        _m(status="nan", reason="loss is nan at step 2", losses=[2.0, float("nan")]),
+        space,
+        reference=ref,
+    )
+    assert v.status == "nan" and v.constraints["accuracy"] == 1.0
+
+
+def test_judge_free_batch_checks_only_nan_and_divergence():
+    space = parse_space({"workload": "m:f", "global_batch": "free"})
+    assert judge(_m(losses=[2.0, 1.9]), space, reference=[2.0, 0.5]).status == "ok"
+
+
+@pytest.mark.parametrize(
+    ("m", "status", "text"),
+    [
+        (_m(peak_mem_bytes=3000), "over-memory", "exceeds the budget"),
+        (_m(peak_mem_bytes=1000, alloc_retries=2), "over-memory", "allocator retried 2 times"),
+        (_m(peak_mem_bytes=1000, alloc_retries=0), "ok", ""),
+        (Measurement(status="oom", reason="CUDA out of memory"), "oom", "out of memory"),
+        (Measurement(status="timeout", reason="no result"), "timeout", "no result"),
+    ],
+)
+def test_judge_memory(m, status, text):
+    v = judge(m, _space(memory=2000), memory_budget_bytes=2000)
+    assert v.status == status and text in v.reason
+    assert (v.constraints["memory"] > 0 or v.constraints["failed"] > 0) == (status != "ok")
