@@ -32,6 +32,12 @@ class Config:
                 object.__setattr__(self, name, KNOBS[name].normalize(getattr(self, name)))
             except ValueError as e:
                 raise AutotuneError(f"config: {name} {e}") from None
+        values = self.to_dict()
+        for name, knob in KNOBS.items():
+            if values[name] != knob.default:
+                reason = knob.requires(values)
+                if reason:
+                    raise AutotuneError(f"config: {name}={values[name]} {reason}")
 
     @property
     def global_batch(self) -> int:

@@ -5,7 +5,7 @@ How a knob is *applied* lives in :mod:`autotune.training`; this module only know
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +44,11 @@ class Knob:
         minimum: the smallest allowed value of an ``"int"`` knob.
         unsupported: given the capabilities and a value, why that value cannot run here
             (``None`` when it can). Values that cannot run are dropped with a note.
+        requires: given all knob values of a config, why this knob cannot take a
+            non-default value there (``None`` when it can), naming the other knob, e.g.
+            ``"needs num_workers > 0 (num_workers is 0)"``. Such a knob is *inactive*: it
+            keeps its default and is not sampled, and a config setting it is rejected.
+            It may only look at knobs defined before it in :data:`KNOBS`.
     """
 
     name: str
@@ -53,6 +58,7 @@ class Knob:
     choices: tuple[Any, ...] = ()
     minimum: int = 0
     unsupported: Callable[[Capabilities, Any], str | None] = lambda caps, value: None
+    requires: Callable[[Mapping[str, Any]], str | None] = lambda values: None
 
     def normalize(self, value: Any) -> Any:
         """Return ``value`` in canonical form, or raise ``ValueError`` saying what is allowed."""

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from .config import Config
-from .errors import SpaceError
+from .errors import AutotuneError, SpaceError
 from .knobs import KNOBS, Capabilities
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -498,7 +498,12 @@ def parse_space(data: Any, *, source: str = "<space>", base_dir: Path = Path("."
     if problems:
         raise SpaceError([f"{source}: {p}" for p in problems])
 
-    baseline = Config(**{**{k: v[0] for k, v in knobs.items() if len(v) == 1}, **baseline_values})
+    try:
+        baseline = Config(
+            **{**{k: v[0] for k, v in knobs.items() if len(v) == 1}, **baseline_values}
+        )
+    except AutotuneError as e:  # an invalid combination of fixed/baseline knobs
+        raise SpaceError(f"{source}: baseline: {str(e).removeprefix('config: ')}") from None
     notes: list[str] = []
     global_batch = _fix_global_batch(data, knobs, baseline, problems, notes)
     if problems:

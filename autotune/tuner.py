@@ -102,32 +102,40 @@ class Reporter:
 
 
 def _encode(space: Space, config: Config) -> dict[str, Any]:
-    """Optuna params of ``config``: index for ordinal knobs, the value for the others."""
+    """Optuna params of ``config``: index for ordinal knobs, the value for the others.
+
+    Inactive knobs (see :attr:`Knob.requires`) have no param, as in :func:`_sample`.
+    """
+    values = config.to_dict()
     params = {}
-    for name, values in space.searched.items():
-        value = getattr(config, name)
-        params[name] = values.index(value) if KNOBS[name].ordinal else value
+    for name, choices in space.searched.items():
+        if KNOBS[name].requires(values) is None:
+            value = values[name]
+            params[name] = choices.index(value) if KNOBS[name].ordinal else value
     return params
 
 
-def _distributions(space: Space) -> dict[str, optuna.distributions.BaseDistribution]:
-    # Ordinal knobs (batch size, workers...) are searched by index so the sampler can use
-    # their order; NOTES-optuna-torch.md measured this beating categorical encoding.
-    dists: dict[str, optuna.distributions.BaseDistribution] = {}
-    for name, values in space.searched.items():
-        if KNOBS[name].ordinal:
-            dists[name] = optuna.distributions.IntDistribution(0, len(values) - 1)
+def _sample(space: Space, trial: optuna.Trial) -> Config:
+    """Ask the trial for a config, define-by-run: a knob that is inactive given the
+    knobs before it (prefetch_factor without workers...) is not sampled and keeps its
+    default, so equivalent configs are one point of the space, not several.
+
+    Ordinal knobs (batch size, workers...) are searched by index so the sampler can use
+    their order; NOTES-optuna-torch.md measured this beating categorical encoding.
+    """
+    values = space.config_from({}).to_dict()
+    for name in KNOBS:  # registry order: a knob's conditions look only at earlier knobs
+        choices = space.searched.get(name)
+        if choices is None:
+            continue
+        knob = KNOBS[name]
+        if knob.requires(values) is not None:
+            values[name] = knob.default
+        elif knob.ordinal:
+            values[name] = choices[trial.suggest_int(name, 0, len(choices) - 1)]
         else:
-            dists[name] = optuna.distributions.CategoricalDistribution(values)
-    return dists
-
-
-def _decode(space: Space, params: dict[str, Any]) -> Config:
-    values = {}
-    for name, values_ in space.searched.items():
-        raw = params[name]
-        values[name] = values_[raw] if KNOBS[name].ordinal else raw
-    return space.config_from(values)
+            values[name] = trial.suggest_categorical(name, choices)
+    return space.config_from({name: values[name] for name in space.searched})
 
 
 def _make_sampler(space: Space) -> optuna.samplers.BaseSampler:
@@ -136,7 +144,9 @@ def _make_sampler(space: Space) -> optuna.samplers.BaseSampler:
         return optuna.samplers.RandomSampler(seed=seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=5)
+        return optuna.samplers.TPESampler(
+            seed=seed, multivariate=True, group=True, n_startup_trials=5
+        )
 
 
 def open_study(space: Space, storage: str, study_name: str) -> optuna.Study:
@@ -264,7 +274,6 @@ class Tuner:
         done = len(measured)
         dup_streak = 0
         start = time.monotonic()
-        dists = _distributions(space)
 
         def budget_left() -> bool:
             if self.n_trials is not None and done >= self.n_trials:
@@ -274,8 +283,8 @@ class Tuner:
             return done < size and dup_streak < MAX_DUPLICATES_IN_A_ROW
 
         while budget_left():
-            trial = study.ask(dists)
-            config = _decode(space, trial.params)
+            trial = study.ask()
+            config = _sample(space, trial)
             previous = measured.get(config.key())
             if previous is not None:
                 self._tell(
@@ -319,7 +328,8 @@ class Tuner:
             m = baseline.measurement
         elif config == self.space.baseline:
             # Run the enqueued baseline trial now; it is judged against its own losses.
-            trial = study.ask(_distributions(self.space))
+            trial = study.ask()
+            _sample(self.space, trial)  # takes the enqueued baseline params
             m = self._run(study, trial, config)
             record = self._tell(
                 study, trial, config, m, BASELINE, reference=m.losses if m.ok else None
