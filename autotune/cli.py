@@ -115,8 +115,22 @@ def _knobs(args: argparse.Namespace) -> int:
 COMMANDS = {"run": _run, "validate": _validate, "show": _show, "knobs": _knobs}
 
 
+def _sigterm_as_interrupt() -> None:
+    """A scheduler's SIGTERM (preemption, scancel) stops like Ctrl-C: trial killed, resumable."""
+    import signal
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread (main() called from a library)
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    _sigterm_as_interrupt()
     try:
         return COMMANDS[args.command](args)
     except AutotuneError as e:

@@ -9,7 +9,8 @@ from typing import Any
 
 # Statuses. "ok" is the only one whose throughput may win.
 OK, FAILED, OOM, TIMEOUT, NAN = "ok", "failed", "oom", "timeout", "nan"
-STATUSES = (OK, FAILED, OOM, TIMEOUT, NAN)
+PRUNED = "pruned"  # stopped early: it could not beat the best so far
+STATUSES = (OK, FAILED, OOM, TIMEOUT, NAN, PRUNED)
 
 
 @dataclass(frozen=True)

@@ -13,13 +13,15 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from ._procs import group_memory_bytes
 from .config import Config
 from .errors import WorkloadError
-from .measurement import FAILED, TIMEOUT, Measurement
+from .measurement import FAILED, OOM, PRUNED, TIMEOUT, Measurement
 from .space import Space
 
 
@@ -49,46 +51,93 @@ def _last_line(path: Path) -> str:
     return lines[-1][:300] if lines else ""
 
 
-def run_child(spec: dict[str, Any], folder: Path, timeout_s: float) -> dict[str, Any]:
-    """Run ``autotune._child`` on ``spec`` in ``folder``; return its result payload.
+# How often the driver checks on a running trial (memory cap, early stop).
+POLL_S = 0.25
 
-    A child that dies or overruns ``timeout_s`` yields a payload with status
-    ``failed``/``timeout`` and the reason; this function itself raises only on
-    KeyboardInterrupt (after killing the child's whole process group).
-    """
-    folder.mkdir(parents=True, exist_ok=True)
-    spec_path, result_path = folder / "spec.json", folder / "result.json"
-    spec_path.write_text(json.dumps(spec, indent=1, default=str))
-    result_path.unlink(missing_ok=True)
+
+def _spawn(spec_path: Path, result_path: Path, out: Any, err: Any) -> subprocess.Popen:
     env = dict(os.environ)
     # The child must import this very autotune, even when it is not installed.
     package_root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     env.setdefault("PYTHONUNBUFFERED", "1")
+    env["AUTOTUNE_DRIVER_PID"] = str(os.getpid())
+    return subprocess.Popen(
+        [sys.executable, "-m", "autotune._child", str(spec_path), str(result_path)],
+        stdout=out,
+        stderr=err,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,  # its own process group: one kill reaches its workers
+    )
+
+
+def _supervise(
+    proc: subprocess.Popen,
+    timeout_s: float,
+    memory_cap_bytes: int | None,
+    stop_early: Callable[[], str | None] | None,
+) -> dict[str, Any] | None:
+    """Wait for the child; kill its group and say why when a limit is hit."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            proc.wait(timeout=POLL_S)
+            return None
+        except subprocess.TimeoutExpired:
+            pass
+        if time.monotonic() >= deadline:
+            _kill_group(proc)
+            return {"status": TIMEOUT, "reason": f"no result within {timeout_s:g} s; killed"}
+        if memory_cap_bytes is not None:
+            used = group_memory_bytes(proc.pid)
+            if used > memory_cap_bytes:
+                _kill_group(proc)
+                return {
+                    "status": OOM,
+                    "reason": (
+                        f"trial processes used {used / 2**20:.0f} MiB, over the per-trial cap of "
+                        f"{memory_cap_bytes / 2**20:.0f} MiB; killed"
+                    ),
+                }
+        if stop_early is not None:
+            reason = stop_early()
+            if reason:
+                _kill_group(proc)
+                return {"status": PRUNED, "reason": reason}
+
+
+def run_child(
+    spec: dict[str, Any],
+    folder: Path,
+    timeout_s: float,
+    *,
+    memory_cap_bytes: int | None = None,
+    stop_early: Callable[[], str | None] | None = None,
+) -> dict[str, Any]:
+    """Run ``autotune._child`` on ``spec`` in ``folder``; return its result payload.
+
+    A child that dies, overruns ``timeout_s`` or ``memory_cap_bytes`` (its whole process
+    group, DataLoader workers included), or that ``stop_early()`` gives a reason to stop,
+    is killed and yields a payload with that status and reason. This function raises only
+    on KeyboardInterrupt, after killing the child's process group.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    spec_path, result_path = folder / "spec.json", folder / "result.json"
+    spec_path.write_text(json.dumps(spec, indent=1, default=str))
+    result_path.unlink(missing_ok=True)
     start = time.perf_counter()
     with open(folder / "stdout.log", "wb") as out, open(folder / "stderr.log", "wb") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "autotune._child", str(spec_path), str(result_path)],
-            stdout=out,
-            stderr=err,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,
-        )
+        proc = _spawn(spec_path, result_path, out, err)
         try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            return {
-                "status": TIMEOUT,
-                "reason": f"no result within {timeout_s:g} s; killed",
-                "wall_s": time.perf_counter() - start,
-            }
+            stopped = _supervise(proc, timeout_s, memory_cap_bytes, stop_early)
         except BaseException:
             _kill_group(proc)
             raise
         # Reap anything the child left behind in its group (e.g. DataLoader workers).
         _kill_group(proc)
+    if stopped is not None:
+        return {**stopped, "wall_s": time.perf_counter() - start}
     if proc.returncode == 0 and result_path.exists():
         return json.loads(result_path.read_text())
     reason = _describe_exit(proc.returncode)
@@ -121,7 +170,12 @@ def probe(space: Space, folder: Path) -> dict[str, Any]:
     return result
 
 
-def run_trial(space: Space, config: Config, folder: Path) -> Measurement:
+def run_trial(
+    space: Space,
+    config: Config,
+    folder: Path,
+    stop_early: Callable[[], str | None] | None = None,
+) -> Measurement:
     """Measure ``config`` in a fresh subprocess. Never raises for a failing trial."""
     spec = {
         **_base_spec(space),
@@ -129,5 +183,11 @@ def run_trial(space: Space, config: Config, folder: Path) -> Measurement:
         "config": config.to_dict(),
         "trial": asdict(space.trial),
     }
-    result = run_child(spec, folder, space.trial.timeout_s)
+    result = run_child(
+        spec,
+        folder,
+        space.trial.timeout_s,
+        memory_cap_bytes=space.trial.memory_cap_bytes(),
+        stop_early=stop_early,
+    )
     return Measurement.from_dict(result)

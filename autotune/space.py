@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -33,6 +34,19 @@ class TrialSettings:
     timeout_s: float = 300.0
     planned_steps: int | None = None  # length of the real run; amortises compile time
     seed: int = 0
+    # Host memory (RSS of the trial and its workers, PSS) at which a trial is killed as
+    # oom: a fraction of system RAM, bytes, or None for no cap. Protects the machine.
+    memory_cap: int | float | None = 0.9
+
+    def memory_cap_bytes(self) -> int | None:
+        if self.memory_cap is None:
+            return None
+        if isinstance(self.memory_cap, float) and self.memory_cap <= 1.0:
+            from ._procs import system_memory_bytes
+
+            total = system_memory_bytes()
+            return int(self.memory_cap * total) if total else None
+        return int(self.memory_cap)
 
 
 @dataclass(frozen=True)
@@ -47,6 +61,7 @@ class StudySettings:
     storage: str = "sqlite:///autotune.db"
     sampler: str = "tpe"
     seed: int = 0
+    heartbeat_s: float = 10.0  # a running trial not heard of for 3x this is failed, re-queued
 
 
 @dataclass(frozen=True)
@@ -112,7 +127,7 @@ def parse_memory(value: Any) -> int | float | None:
     if isinstance(value, bool):
         raise ValueError(f"must be {allowed} but got {value!r}")
     if isinstance(value, float):
-        if 0 < value <= 1:
+        if 0 < value <= 1:  # NaN fails both comparisons
             return value
         raise ValueError(f"must be {allowed} but got {value!r}")
     if isinstance(value, int):
@@ -273,7 +288,8 @@ def _positive_number(optional: bool = False):
     def check(value: Any) -> str | None:
         if value is None and optional:
             return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not number or not math.isfinite(value) or value <= 0:
             return f"must be a number > 0 but got {value!r}"
         return None
 
@@ -455,13 +471,26 @@ def parse_space(data: Any, *, source: str = "<space>", base_dir: Path = Path("."
     if not isinstance(workload_args, Mapping):
         problems.append(f"workload_args: must be a mapping but got {type(workload_args).__name__}")
         workload_args = {}
+    try:  # they travel to the trial process as JSON
+        json.dumps(workload_args, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        problems.append(f"workload_args: must be plain data (strings, numbers, lists) but {e}")
+        workload_args = {}
     device = data.get("device", "auto")
     if device not in DEVICES:
         problems.append(f"device: must be one of {', '.join(DEVICES)} but got {device!r}")
     knobs = _parse_knobs(data.get("knobs"), problems)
     baseline_values = _parse_baseline(data.get("baseline"), problems)
+    trial_raw = data.get("trial")
+    memory_cap = TrialSettings.memory_cap
+    if isinstance(trial_raw, Mapping) and "memory_cap" in trial_raw:
+        trial_raw = dict(trial_raw)
+        try:
+            memory_cap = parse_memory(trial_raw.pop("memory_cap"))
+        except ValueError as e:
+            problems.append(f"trial.memory_cap: {e}")
     trial = _section(
-        data.get("trial"),
+        trial_raw,
         TrialSettings,
         "trial",
         problems,
@@ -471,6 +500,7 @@ def parse_space(data: Any, *, source: str = "<space>", base_dir: Path = Path("."
         planned_steps=_int_at_least(1, optional=True),
         seed=_int_at_least(0),
     )
+    trial = replace(trial, memory_cap=memory_cap)
     budget = _section(
         data.get("budget"),
         Budget,
@@ -488,6 +518,7 @@ def parse_space(data: Any, *, source: str = "<space>", base_dir: Path = Path("."
         storage=_string,
         sampler=_one_of(SAMPLERS),
         seed=_int_at_least(0),
+        heartbeat_s=_positive_number(),
     )
     output_dir = data.get("output_dir", "autotune-runs")
     if not isinstance(output_dir, str) or not output_dir:
@@ -552,6 +583,8 @@ def load_space(path: str | Path) -> Space:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise SpaceError(f"{path}: not valid YAML{where}: {problem}") from None
+    except (ValueError, RecursionError, OverflowError) as e:  # bad dates, absurd nesting
+        raise SpaceError(f"{path}: not valid YAML: {type(e).__name__}: {e}") from None
     space = parse_space(data, source=str(path), base_dir=path.resolve().parent)
     if "name" not in (data.get("study") or {}):
         space = replace(space, study=replace(space.study, name=path.stem))

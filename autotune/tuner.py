@@ -17,6 +17,7 @@ from typing import Any
 import optuna
 
 from . import runner, scoring
+from ._heartbeat import Heartbeat, fail_stale_trials
 from .config import Config
 from .errors import StorageError, WorkloadError
 from .knobs import KNOBS, Capabilities
@@ -165,7 +166,10 @@ def open_study(space: Space, storage: str, study_name: str) -> optuna.Study:
             load_if_exists=True,
         )
     except Exception as e:  # SQLAlchemy/Optuna raise many types for a bad URL or file
-        raise StorageError(f"cannot open storage {storage!r}: {type(e).__name__}: {e}") from None
+        detail = (str(e).strip().splitlines() or [""])[0]
+        raise StorageError(
+            f"cannot open storage {storage!r}: {type(e).__name__}: {detail}"
+        ) from None
     fingerprint = space.fingerprint()
     stored = study.user_attrs.get("space_fingerprint")
     if stored is None:
@@ -261,12 +265,19 @@ class Tuner:
         )
 
     def run(self) -> TuneResult:
+        # Storage first: a bad URL or a study from another space fails before any work.
+        study = open_study(self.space, self.storage, self.study_name)
         self._prepare()
         space = self.space
-        study = open_study(space, self.storage, self.study_name)
         study.set_user_attr("environment", self.environment)
+        stale = fail_stale_trials(study, grace_s=3 * space.study.heartbeat_s)
+        if stale:
+            self.reporter.note(
+                f"trial(s) {', '.join(map(str, stale))} were left running by a driver that "
+                "died; marked failed and queued again"
+            )
         trials = records(study)
-        if baseline_of(trials) is None and not _waiting(study):
+        if baseline_of(trials) is None and BASELINE not in _waiting_roles(study):
             study.enqueue_trial(_encode(space, space.baseline), user_attrs={"role": BASELINE})
         self.reference = self._reference(study, trials)
         size = math.prod(len(v) for v in space.searched.values())
@@ -326,7 +337,7 @@ class Tuner:
         baseline = baseline_of(trials)
         if config == self.space.baseline and baseline is not None:
             m = baseline.measurement
-        elif config == self.space.baseline:
+        elif config == self.space.baseline and _waiting_roles(study)[:1] == [BASELINE]:
             # Run the enqueued baseline trial now; it is judged against its own losses.
             trial = study.ask()
             _sample(self.space, trial)  # takes the enqueued baseline params
@@ -351,7 +362,8 @@ class Tuner:
 
     def _run(self, study: optuna.Study, trial: optuna.Trial, config: Config) -> Measurement:
         try:
-            return runner.run_trial(self.space, config, self._trial_dir(trial.number))
+            with Heartbeat(trial, self.space.study.heartbeat_s):
+                return runner.run_trial(self.space, config, self._trial_dir(trial.number))
         except BaseException:  # Ctrl-C: the trial is not finished; it does not count
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             raise
@@ -390,11 +402,14 @@ class Tuner:
         }
         if duplicate_of is not None:
             attrs["duplicate_of"] = duplicate_of
-        for key, v in attrs.items():
-            trial.set_user_attr(key, v)
-        for key, c in verdict.constraints.items():
-            trial.set_constraint(key, c)
-        study.tell(trial, value)
+        try:
+            for key, v in attrs.items():
+                trial.set_user_attr(key, v)
+            for key, c in verdict.constraints.items():
+                trial.set_constraint(key, c)
+            study.tell(trial, value)
+        except (ValueError, RuntimeError) as e:  # failed as stale by another driver meanwhile
+            self.reporter.note(f"trial {trial.number} could not be stored ({e}); it is re-queued")
         return TrialRecord(
             trial.number,
             config,
@@ -428,8 +443,10 @@ class Tuner:
         return result
 
 
-def _waiting(study: optuna.Study) -> bool:
-    return bool(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
+def _waiting_roles(study: optuna.Study) -> list[str]:
+    """Roles of the queued trials, in the order ``ask`` will hand them out."""
+    waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+    return [t.user_attrs.get("role", SEARCH) for t in sorted(waiting, key=lambda t: t.number)]
 
 
 def tune(
