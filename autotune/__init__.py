@@ -41,8 +41,8 @@ _WHERE = {
     "Measurement": "measurement",
     "Space": "space",
     "load_space": "space",
-    "TrialRecord": "tuner",
-    "TuneResult": "tuner",
+    "TrialRecord": "results",
+    "TuneResult": "results",
     "tune": "tuner",
     "Workload": "workload",
 }

@@ -150,11 +150,13 @@ def run_trial(spec: dict[str, Any]) -> Measurement:
         losses.append(applied.train_step(batches))
     warmup.stop()
 
+    progress = _Progress(spec.get("progress_path"), warmup.window_s, config.global_batch)
     clock = StepClock(device)
     clock.start()
     for _ in range(int(trial["measured_steps"])):
         losses.append(applied.train_step(batches))
         clock.mark()
+        progress.update(clock)
     clock.stop()
 
     values = [float(x) for x in torch.stack(losses).cpu().tolist()]
@@ -185,6 +187,29 @@ def run_trial(spec: dict[str, Any]) -> Measurement:
         first = next(i for i, x in enumerate(values) if not math.isfinite(x))
         return m.replace(status=NAN, reason=f"loss is {values[first]} at step {first}")
     return m
+
+
+class _Progress:
+    """Tells the driver how the measured window is going, so it can stop a hopeless trial.
+
+    Written at most every ``every_s`` seconds; never forces a device sync.
+    """
+
+    def __init__(
+        self, path: str | None, warmup_s: float, samples_per_step: int, every_s: float = 0.2
+    ) -> None:
+        self.path = Path(path) if path else None
+        self.base = {"warmup_s": warmup_s, "samples_per_step": samples_per_step}
+        self.every_s = every_s
+        self.last = 0.0
+
+    def update(self, clock: StepClock) -> None:
+        now = time.perf_counter()
+        if self.path is None or now - self.last < self.every_s:
+            return
+        self.last = now
+        steps, elapsed_s = clock.progress()
+        _write(self.path, {**self.base, "steps": steps, "elapsed_s": elapsed_s})
 
 
 def _write(path: Path, payload: dict[str, Any]) -> None:

@@ -74,8 +74,8 @@ def _show(args: argparse.Namespace) -> int:
     import optuna
 
     from .report import print_summary
+    from .results import TuneResult, records
     from .space import load_space
-    from .tuner import TuneResult, baseline_of, best_of, records
 
     space = load_space(args.space)
     storage = args.storage or space.study.storage
@@ -85,17 +85,14 @@ def _show(args: argparse.Namespace) -> int:
         study = optuna.load_study(study_name=name, storage=storage)
     except Exception as e:
         raise AutotuneError(f"cannot load study {name!r} from {storage!r}: {e}") from None
-    trials = records(study)
-    print_summary(
-        TuneResult(
-            name,
-            storage,
-            trials,
-            baseline_of(trials),
-            best_of(trials),
-            study.user_attrs.get("environment", {}),
-        )
+    result = TuneResult.from_trials(
+        name,
+        storage,
+        records(study),
+        environment=study.user_attrs.get("environment", {}),
+        global_batch=space.global_batch,
     )
+    print_summary(result)
     return 0
 
 

@@ -44,6 +44,18 @@ class StepClock:
             torch.cuda.synchronize()
         self._end_s = time.perf_counter()
 
+    def progress(self) -> tuple[int, float]:
+        """Steps finished since :meth:`start` and the time they took, without a sync.
+
+        On CUDA this is the last step whose end event the GPU has already reached.
+        """
+        if not self.cuda:
+            return len(self._marks) - 1, self._marks[-1] - self._marks[0]
+        for i in range(len(self._marks) - 1, 0, -1):
+            if self._marks[i].query():
+                return i, self._marks[0].elapsed_time(self._marks[i]) / 1000.0
+        return 0, 0.0
+
     @property
     def window_s(self) -> float:
         """Wall time from :meth:`start` to :meth:`stop`, device work included."""

@@ -41,6 +41,7 @@ class Measurement:
     skipped_steps: int = 0
     losses: list[float] = field(default_factory=list)
     wall_s: float | None = None
+    pruned_saved_s: float | None = None  # measured time a pruned trial did not spend
 
     @property
     def ok(self) -> bool:

@@ -8,7 +8,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .tuner import DUPLICATE, Reporter, TrialRecord, TuneResult
+from .results import REPEAT, TrialRecord, TuneResult
+from .tuner import Reporter
 
 
 def fmt_bytes(n: int | None) -> str:
@@ -58,8 +59,13 @@ class ConsoleReporter(Reporter):
             status = f"[red]{record.status}[/red]: {escape(record.reason)}"
         best_text = f"best #{best.number} {_speedup(best, baseline)}" if best else "best -"
         of = f"/{total}" if total else ""
+        head = (
+            f"confirm (repeat of #{record.repeat_of})"
+            if record.role == REPEAT
+            else f"trial {done}{of}"
+        )
         self.console.print(
-            f"trial {done}{of} #{record.number} {escape(f'[{record.role}]')} "
+            f"{head} #{record.number} {escape(f'[{record.role}]')} "
             f"{record.config.short()} | "
             f"{_rate(record)} | {status} | {best_text}"
         )
@@ -80,8 +86,6 @@ def summary_table(result: TuneResult) -> Table:
     ):
         table.add_column(col, justify="right" if col in ("#", "samples/s") else "left")
     for t in result.trials:
-        if t.role == DUPLICATE:
-            continue
         m = t.measurement
         mark = " *" if result.best and t.number == result.best.number else ""
         table.add_row(
@@ -89,7 +93,9 @@ def summary_table(result: TuneResult) -> Table:
             t.role,
             t.config.short(),
             t.status if t.feasible else escape(f"{t.status}: {t.reason[:70]}"),
-            f"{m.samples_per_s:,.1f}" if m.samples_per_s else "-",
+            (f"{t.value:,.1f}" + (f" (x{t.runs}, ±{t.spread / 2:.1%})" if t.runs > 1 else ""))
+            if m.samples_per_s
+            else "-",
             _speedup(t, result.baseline),
             fmt_bytes(m.peak_mem_bytes),
             f"{m.compile_s:.1f}" if m.compile_s is not None else "-",
@@ -105,6 +111,17 @@ def print_summary(result: TuneResult, console: Console | None = None) -> None:
         console.print(f"[dim]note:[/dim] {note}")
     counts = ", ".join(f"{n} {status}" for status, n in sorted(result.status_counts().items()))
     console.print(f"trials by status: {counts}")
+    pruned, saved_s = result.pruning_saved_s()
+    if pruned:
+        console.print(
+            f"pruning stopped {pruned} trial(s) early, saving ~{saved_s:.1f} s of measured steps"
+        )
+    overhead = result.overhead()
+    if overhead:
+        console.print(
+            f"per-trial fixed cost (process start, imports, model build): median "
+            f"{overhead[0]:.1f} s, {overhead[1]:.0%} of a trial's wall time"
+        )
     if not result.global_batch:
         console.print(
             "[yellow]warning:[/yellow] global_batch is free: the recommended config "
@@ -130,6 +147,13 @@ def print_summary(result: TuneResult, console: Console | None = None) -> None:
             f"memory: peak {fmt_bytes(best.measurement.peak_mem_bytes)} of a "
             f"{fmt_bytes(result.memory_budget_bytes)} budget "
             f"(headroom {fmt_bytes(result.headroom_bytes)})"
+        )
+    if result.within_noise:
+        console.print(
+            f"[yellow]warning:[/yellow] the winner leads the runner-up "
+            f"(#{result.runner_up.number}, {result.runner_up.config.short()}) by "
+            f"{result.lead:.1%}, within measurement noise "
+            f"({result.noise:.1%}): either is as good"
         )
     if best.loss_deviation is not None:
         console.print(

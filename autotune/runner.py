@@ -22,6 +22,7 @@ from ._procs import group_memory_bytes
 from .config import Config
 from .errors import WorkloadError
 from .measurement import FAILED, OOM, PRUNED, TIMEOUT, Measurement
+from .pruning import Pruner
 from .space import Space
 
 
@@ -174,20 +175,31 @@ def run_trial(
     space: Space,
     config: Config,
     folder: Path,
-    stop_early: Callable[[], str | None] | None = None,
+    best_value: float | None = None,
 ) -> Measurement:
-    """Measure ``config`` in a fresh subprocess. Never raises for a failing trial."""
+    """Measure ``config`` in a fresh subprocess. Never raises for a failing trial.
+
+    With ``best_value`` (the best feasible objective so far) and ``search.prune`` on, the
+    trial is stopped as soon as its measured steps show it cannot beat that.
+    """
     spec = {
         **_base_spec(space),
         "mode": "trial",
         "config": config.to_dict(),
         "trial": asdict(space.trial),
     }
+    pruner = None
+    if space.search.prune and best_value:
+        spec["progress_path"] = str(folder / "progress.json")
+        (folder / "progress.json").unlink(missing_ok=True)
+        pruner = Pruner(folder / "progress.json", best_value, space.trial, space.search)
     result = run_child(
         spec,
         folder,
         space.trial.timeout_s,
         memory_cap_bytes=space.trial.memory_cap_bytes(),
-        stop_early=stop_early,
+        stop_early=pruner,
     )
+    if pruner is not None and result.get("status") == PRUNED:
+        return pruner.measurement(result["reason"], result.get("wall_s"))
     return Measurement.from_dict(result)

@@ -22,7 +22,7 @@ from .errors import AutotuneError, SpaceError
 from .knobs import KNOBS, Capabilities
 
 DEVICES = ("auto", "cpu", "cuda")
-SAMPLERS = ("tpe", "random")
+SAMPLERS = ("tpe", "tpe-independent", "gp", "random", "grid")
 
 
 @dataclass(frozen=True)
@@ -59,9 +59,34 @@ class Budget:
 class StudySettings:
     name: str = "autotune"
     storage: str = "sqlite:///autotune.db"
-    sampler: str = "tpe"
-    seed: int = 0
     heartbeat_s: float = 10.0  # a running trial not heard of for 3x this is failed, re-queued
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """How the space is searched. Not part of the space's fingerprint: changing the
+    strategy of a stored study is allowed, its measurements stay comparable.
+
+    Attributes:
+        sampler: ``tpe`` (multivariate, grouped), ``tpe-independent``, ``gp``, ``random`` or
+            ``grid`` (every config of the space, in order).
+        n_startup_trials: random trials before a model-based sampler takes over.
+        seed: the sampler's seed.
+        prune: stop a trial once its first measured steps show it cannot beat the best
+            feasible trial so far by ``prune_margin`` (after ``prune_after`` of its
+            measured steps; warm-up and compile are never judged).
+        confirm_top: after the budget, measure the baseline and the best ``confirm_top``
+            configs ``confirm_repeats`` more times, interleaved, and rank by the median.
+    """
+
+    sampler: str = "tpe"
+    n_startup_trials: int = 5
+    seed: int = 0
+    prune: bool = True
+    prune_margin: float = 0.2
+    prune_after: float = 0.3
+    confirm_top: int = 2
+    confirm_repeats: int = 1
 
 
 @dataclass(frozen=True)
@@ -164,6 +189,7 @@ class Space:
     trial: TrialSettings = TrialSettings()
     budget: Budget = Budget()
     study: StudySettings = StudySettings()
+    search: SearchSettings = SearchSettings()
     output_dir: str = "autotune-runs"
     base_dir: Path = Path(".")
     source: str = "<space>"
@@ -242,6 +268,7 @@ _TOP_KEYS = {
     "output_dir",
     "limits",
     "global_batch",
+    "search",
 }
 
 
@@ -303,6 +330,17 @@ def _one_of(choices: tuple[str, ...]):
         return None
 
     return check
+
+
+def _boolean(value: Any) -> str | None:
+    return None if isinstance(value, bool) else f"must be true or false but got {value!r}"
+
+
+def _fraction(value: Any) -> str | None:
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if number and 0 < value <= 1:
+        return None
+    return f"must be a number in (0, 1] but got {value!r}"
 
 
 def _string(value: Any) -> str | None:
@@ -393,9 +431,7 @@ def _parse_limits(raw: Any, problems: list[str]) -> Limits:
             AccuracyGuard,
             "limits.accuracy",
             problems,
-            enabled=lambda v: (
-                None if isinstance(v, bool) else f"must be true or false but got {v!r}"
-            ),
+            enabled=_boolean,
             tolerance=_positive_number(),
             last_k=_int_at_least(1),
             divergence=_positive_number(),
@@ -516,9 +552,21 @@ def parse_space(data: Any, *, source: str = "<space>", base_dir: Path = Path("."
         problems,
         name=_string,
         storage=_string,
-        sampler=_one_of(SAMPLERS),
-        seed=_int_at_least(0),
         heartbeat_s=_positive_number(),
+    )
+    search = _section(
+        data.get("search"),
+        SearchSettings,
+        "search",
+        problems,
+        sampler=_one_of(SAMPLERS),
+        n_startup_trials=_int_at_least(0),
+        seed=_int_at_least(0),
+        prune=_boolean,
+        prune_margin=_positive_number(),
+        prune_after=_fraction,
+        confirm_top=_int_at_least(0),
+        confirm_repeats=_int_at_least(0),
     )
     output_dir = data.get("output_dir", "autotune-runs")
     if not isinstance(output_dir, str) or not output_dir:
@@ -555,6 +603,7 @@ def parse_space(data: Any, *, source: str = "<space>", base_dir: Path = Path("."
         trial=trial,
         budget=budget,
         study=study,
+        search=search,
         output_dir=output_dir,
         base_dir=base_dir,
         source=source,

@@ -1,16 +1,16 @@
-"""The study: samples configs, runs them as trials, and keeps every result in Optuna storage.
+"""The study engine: samples configs, runs them as trials, keeps every result in storage.
 
 The baseline (the space's defaults) is always trial 0, so every result is a speedup over
 it. A rerun with the same storage and study name resumes: finished trials are kept and the
-budget is filled up, never restarted.
+budget is filled up, never restarted. After the budget, a confirmation round re-measures
+the baseline and the top configs, interleaved, and ranks by the median.
 """
 
 from __future__ import annotations
 
 import math
 import time
-import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,69 +20,25 @@ from . import runner, scoring
 from ._heartbeat import Heartbeat, fail_stale_trials
 from .config import Config
 from .errors import StorageError, WorkloadError
-from .knobs import KNOBS, Capabilities
-from .measurement import OK, Measurement
+from .knobs import Capabilities
+from .measurement import Measurement
+from .results import (  # noqa: F401  (re-exported: the engine's vocabulary)
+    BASELINE,
+    DUPLICATE,
+    REPEAT,
+    SEARCH,
+    TrialRecord,
+    TuneResult,
+    baseline_of,
+    best_of,
+    ranked,
+    records,
+    summarize,
+)
+from .sampling import encode, make_sampler, sample
 from .space import Space
 
-BASELINE, SEARCH, DUPLICATE = "baseline", "search", "duplicate"
 MAX_DUPLICATES_IN_A_ROW = 30
-
-
-@dataclass(frozen=True)
-class TrialRecord:
-    """One finished trial: its config, what it measured, the verdict and objective value."""
-
-    number: int
-    config: Config
-    measurement: Measurement
-    value: float
-    role: str = SEARCH
-    status: str = "ok"
-    reason: str = ""
-    duplicate_of: int | None = None
-    loss_deviation: float | None = None
-
-    @property
-    def feasible(self) -> bool:
-        return self.status == OK
-
-
-@dataclass(frozen=True)
-class TuneResult:
-    """The outcome of a study: every trial, the baseline, the recommended config."""
-
-    study_name: str
-    storage: str
-    trials: list[TrialRecord]
-    baseline: TrialRecord | None
-    best: TrialRecord | None
-    environment: dict[str, Any] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    best_config_path: Path | None = None
-    memory_budget_bytes: int | None = None
-    global_batch: int | None = None
-
-    @property
-    def speedup(self) -> float | None:
-        """Best objective over the baseline's; ``None`` when either is missing."""
-        if not (self.best and self.baseline and self.baseline.feasible and self.baseline.value):
-            return None
-        return self.best.value / self.baseline.value
-
-    @property
-    def headroom_bytes(self) -> int | None:
-        """Memory budget left unused by the recommended config."""
-        peak = self.best.measurement.peak_mem_bytes if self.best else None
-        if peak is None or self.memory_budget_bytes is None:
-            return None
-        return self.memory_budget_bytes - peak
-
-    def status_counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for t in self.trials:
-            if t.role != DUPLICATE:
-                counts[t.status] = counts.get(t.status, 0) + 1
-        return counts
 
 
 class Reporter:
@@ -102,54 +58,6 @@ class Reporter:
         pass
 
 
-def _encode(space: Space, config: Config) -> dict[str, Any]:
-    """Optuna params of ``config``: index for ordinal knobs, the value for the others.
-
-    Inactive knobs (see :attr:`Knob.requires`) have no param, as in :func:`_sample`.
-    """
-    values = config.to_dict()
-    params = {}
-    for name, choices in space.searched.items():
-        if KNOBS[name].requires(values) is None:
-            value = values[name]
-            params[name] = choices.index(value) if KNOBS[name].ordinal else value
-    return params
-
-
-def _sample(space: Space, trial: optuna.Trial) -> Config:
-    """Ask the trial for a config, define-by-run: a knob that is inactive given the
-    knobs before it (prefetch_factor without workers...) is not sampled and keeps its
-    default, so equivalent configs are one point of the space, not several.
-
-    Ordinal knobs (batch size, workers...) are searched by index so the sampler can use
-    their order; NOTES-optuna-torch.md measured this beating categorical encoding.
-    """
-    values = space.config_from({}).to_dict()
-    for name in KNOBS:  # registry order: a knob's conditions look only at earlier knobs
-        choices = space.searched.get(name)
-        if choices is None:
-            continue
-        knob = KNOBS[name]
-        if knob.requires(values) is not None:
-            values[name] = knob.default
-        elif knob.ordinal:
-            values[name] = choices[trial.suggest_int(name, 0, len(choices) - 1)]
-        else:
-            values[name] = trial.suggest_categorical(name, choices)
-    return space.config_from({name: values[name] for name in space.searched})
-
-
-def _make_sampler(space: Space) -> optuna.samplers.BaseSampler:
-    seed = space.study.seed
-    if space.study.sampler == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.samplers.TPESampler(
-            seed=seed, multivariate=True, group=True, n_startup_trials=5
-        )
-
-
 def open_study(space: Space, storage: str, study_name: str) -> optuna.Study:
     """Create or load the study; refuse one that was made from a different space.
 
@@ -159,10 +67,10 @@ def open_study(space: Space, storage: str, study_name: str) -> optuna.Study:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         study = optuna.create_study(
-            storage=storage,
+            storage=None if storage == "memory" else storage,
             study_name=study_name,
             direction="maximize",
-            sampler=_make_sampler(space),
+            sampler=make_sampler(space),
             load_if_exists=True,
         )
     except Exception as e:  # SQLAlchemy/Optuna raise many types for a bad URL or file
@@ -183,40 +91,12 @@ def open_study(space: Space, storage: str, study_name: str) -> optuna.Study:
     return study
 
 
-def records(study: optuna.Study) -> list[TrialRecord]:
-    """The finished trials of a study, in order."""
-    out = []
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-        attrs = t.user_attrs
-        if "config" not in attrs:
-            continue
-        out.append(
-            TrialRecord(
-                number=t.number,
-                config=Config.from_dict(attrs["config"]),
-                measurement=Measurement.from_dict(attrs["measurement"]),
-                value=float(t.value) if t.value is not None else 0.0,
-                role=attrs.get("role", SEARCH),
-                status=attrs.get("status", attrs["measurement"].get("status", OK)),
-                reason=attrs.get("reason", ""),
-                duplicate_of=attrs.get("duplicate_of"),
-                loss_deviation=attrs.get("loss_deviation"),
-            )
-        )
-    return out
-
-
-def best_of(trials: list[TrialRecord]) -> TrialRecord | None:
-    feasible = [t for t in trials if t.feasible and t.role != DUPLICATE]
-    return max(feasible, key=lambda t: t.value, default=None)
-
-
-def baseline_of(trials: list[TrialRecord]) -> TrialRecord | None:
-    return next((t for t in trials if t.role == BASELINE), None)
-
-
 class Tuner:
-    """Runs a study over a space. See :func:`autotune.tune` for the arguments."""
+    """Runs a study over a space. See :func:`autotune.tune` for the arguments.
+
+    ``backend`` runs the probe and the trials: :mod:`autotune.runner` (real subprocesses)
+    by default, or a :class:`autotune.replay.ReplayBackend` answering from a recorded table.
+    """
 
     def __init__(
         self,
@@ -228,6 +108,7 @@ class Tuner:
         study_name: str | None = None,
         out_dir: str | Path | None = None,
         reporter: Reporter | None = None,
+        backend: Any = runner,
     ) -> None:
         self.space = space
         self.n_trials = n_trials if n_trials is not None else space.budget.n_trials
@@ -238,9 +119,11 @@ class Tuner:
         self.study_name = study_name or space.study.name
         self.out_dir = Path(out_dir or space.output_dir) / self.study_name
         self.reporter = reporter or Reporter()
+        self.backend = backend
         self.reference: list[float] | None = None
         self.memory_budget: int | None = None
         self.environment: dict[str, Any] = {}
+        self.capabilities: dict[str, Any] = {}
         self.notes: list[str] = []
 
     def _trial_dir(self, number: int) -> Path:
@@ -248,8 +131,9 @@ class Tuner:
 
     def _prepare(self) -> None:
         """Probe the machine and workload; restrict the space to what can run here."""
-        probe = runner.probe(self.space, self.out_dir / "probe")
-        caps = Capabilities.from_dict(probe["capabilities"])
+        probe = self.backend.probe(self.space, self.out_dir / "probe")
+        self.capabilities = probe["capabilities"]
+        caps = Capabilities.from_dict(self.capabilities)
         self.space, notes = self.space.restrict(caps)
         self.environment = probe["environment"]
         self.notes = [*self.space.notes, *notes]
@@ -268,9 +152,9 @@ class Tuner:
         # Storage first: a bad URL or a study from another space fails before any work.
         study = open_study(self.space, self.storage, self.study_name)
         self._prepare()
-        space = self.space
         study.set_user_attr("environment", self.environment)
-        stale = fail_stale_trials(study, grace_s=3 * space.study.heartbeat_s)
+        study.set_user_attr("capabilities", self.capabilities)
+        stale = fail_stale_trials(study, grace_s=3 * self.space.study.heartbeat_s)
         if stale:
             self.reporter.note(
                 f"trial(s) {', '.join(map(str, stale))} were left running by a driver that "
@@ -278,10 +162,19 @@ class Tuner:
             )
         trials = records(study)
         if baseline_of(trials) is None and BASELINE not in _waiting_roles(study):
-            study.enqueue_trial(_encode(space, space.baseline), user_attrs={"role": BASELINE})
+            study.enqueue_trial(
+                encode(self.space, self.space.baseline), user_attrs={"role": BASELINE}
+            )
         self.reference = self._reference(study, trials)
+        self._search(study, trials)
+        self._confirm(study)
+        return self._result(study)
+
+    def _search(self, study: optuna.Study, trials: list[TrialRecord]) -> None:
+        """Sample and measure until the budget is spent or the space is exhausted."""
+        space = self.space
         size = math.prod(len(v) for v in space.searched.values())
-        measured = {t.config.key(): t for t in trials if t.role != DUPLICATE}
+        measured = {t.config.key(): t for t in trials if t.role not in (DUPLICATE, REPEAT)}
         done = len(measured)
         dup_streak = 0
         start = time.monotonic()
@@ -295,9 +188,9 @@ class Tuner:
 
         while budget_left():
             trial = study.ask()
-            config = _sample(space, trial)
+            config = sample(space, trial)
             previous = measured.get(config.key())
-            if previous is not None:
+            if previous is not None:  # measured before: reuse it, spend nothing
                 self._tell(
                     study,
                     trial,
@@ -309,7 +202,8 @@ class Tuner:
                 dup_streak += 1
                 continue
             dup_streak = 0
-            record = self._measure(study, trial, config)
+            best = best_of(trials)
+            record = self._measure(study, trial, config, best.value if best else None)
             measured[config.key()] = record
             trials.append(record)
             done += 1
@@ -320,7 +214,37 @@ class Tuner:
             )
         elif done >= size:
             self.notes.append(f"all {size} configs of the space are measured")
-        return self._result(study)
+
+    def _confirm(self, study: optuna.Study) -> None:
+        """Re-measure the baseline and the top configs, interleaved, so that the ranking
+        and the speedup rest on more than one noisy run each."""
+        search = self.space.search
+        if search.confirm_top == 0 or search.confirm_repeats == 0:
+            return
+        trials = records(study)
+        top = ranked(summarize(trials))[: search.confirm_top]
+        base = baseline_of(trials)
+        candidates = [base] if base is not None and base.feasible else []
+        candidates += [t for t in top if t.role != BASELINE]
+        if len(candidates) < 2:
+            return
+        have = {c.number: sum(1 for t in trials if t.repeat_of == c.number) for c in candidates}
+        for round_ in range(search.confirm_repeats):
+            for c in candidates:
+                if have[c.number] > round_:
+                    continue  # measured in an earlier, interrupted confirmation
+                if _waiting_roles(study):
+                    self.notes.append("confirmation skipped: other trials are queued")
+                    return
+                study.enqueue_trial(
+                    encode(self.space, c.config), user_attrs={"role": REPEAT, "repeat_of": c.number}
+                )
+                trial = study.ask()
+                sample(self.space, trial)
+                m = self._run(study, trial, c.config)
+                record = self._tell(study, trial, c.config, m, REPEAT, repeat_of=c.number)
+                all_trials = records(study)
+                self.reporter.trial(record, best_of(all_trials), baseline_of(all_trials), 0, None)
 
     def _reference(self, study: optuna.Study, trials: list[TrialRecord]) -> list[float] | None:
         """The fp32, no-compile loss trajectory trials are compared against.
@@ -340,7 +264,7 @@ class Tuner:
         elif config == self.space.baseline and _waiting_roles(study)[:1] == [BASELINE]:
             # Run the enqueued baseline trial now; it is judged against its own losses.
             trial = study.ask()
-            _sample(self.space, trial)  # takes the enqueued baseline params
+            sample(self.space, trial)  # takes the enqueued baseline params
             m = self._run(study, trial, config)
             record = self._tell(
                 study, trial, config, m, BASELINE, reference=m.losses if m.ok else None
@@ -351,7 +275,7 @@ class Tuner:
             self.reporter.note(
                 f"running the fp32 reference ({config.short()}) for the accuracy guard"
             )
-            m = runner.run_trial(self.space, config, self.out_dir / "reference")
+            m = self.backend.run_trial(self.space, config, self.out_dir / "reference")
         if not m.ok:
             raise WorkloadError(
                 f"the fp32 reference run ({config.short()}) did not train cleanly: "
@@ -360,17 +284,29 @@ class Tuner:
         study.set_user_attr("reference", {"config": config.to_dict(), "losses": m.losses})
         return m.losses
 
-    def _run(self, study: optuna.Study, trial: optuna.Trial, config: Config) -> Measurement:
+    def _run(
+        self,
+        study: optuna.Study,
+        trial: optuna.Trial,
+        config: Config,
+        best_value: float | None = None,
+    ) -> Measurement:
         try:
             with Heartbeat(trial, self.space.study.heartbeat_s):
-                return runner.run_trial(self.space, config, self._trial_dir(trial.number))
+                return self.backend.run_trial(
+                    self.space, config, self._trial_dir(trial.number), best_value=best_value
+                )
         except BaseException:  # Ctrl-C: the trial is not finished; it does not count
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             raise
 
-    def _measure(self, study: optuna.Study, trial: optuna.Trial, config: Config) -> TrialRecord:
-        m = self._run(study, trial, config)
-        return self._tell(study, trial, config, m, trial.user_attrs.get("role", SEARCH))
+    def _measure(
+        self, study: optuna.Study, trial: optuna.Trial, config: Config, best_value: float | None
+    ) -> TrialRecord:
+        role = trial.user_attrs.get("role", SEARCH)
+        # The baseline and retried trials are never pruned: they must be measured fully.
+        m = self._run(study, trial, config, best_value if role == SEARCH else None)
+        return self._tell(study, trial, config, m, role)
 
     def _tell(
         self,
@@ -381,6 +317,7 @@ class Tuner:
         role: str,
         *,
         duplicate_of: int | None = None,
+        repeat_of: int | None = None,
         reference: list[float] | None = None,
     ) -> TrialRecord:
         """Judge a measurement, store it on the trial and finish the trial."""
@@ -402,6 +339,8 @@ class Tuner:
         }
         if duplicate_of is not None:
             attrs["duplicate_of"] = duplicate_of
+        if repeat_of is not None:
+            attrs["repeat_of"] = repeat_of
         try:
             for key, v in attrs.items():
                 trial.set_user_attr(key, v)
@@ -420,18 +359,16 @@ class Tuner:
             verdict.reason,
             duplicate_of,
             verdict.loss_deviation,
+            repeat_of,
         )
 
     def _result(self, study: optuna.Study) -> TuneResult:
         from .export import write_best_config
 
-        trials = records(study)
-        result = TuneResult(
-            study_name=self.study_name,
-            storage=self.storage,
-            trials=trials,
-            baseline=baseline_of(trials),
-            best=best_of(trials),
+        result = TuneResult.from_trials(
+            self.study_name,
+            self.storage,
+            records(study),
             environment=self.environment,
             notes=self.notes,
             memory_budget_bytes=self.memory_budget,
@@ -458,6 +395,7 @@ def tune(
     study_name: str | None = None,
     out_dir: str | Path | None = None,
     reporter: Reporter | None = None,
+    backend: Any = runner,
 ) -> TuneResult:
     """Search the space for the fastest config; the library form of ``autotune run``.
 
@@ -466,13 +404,16 @@ def tune(
         n_trials: distinct configs to measure in total (finished ones of a resumed study
             count); defaults to the space's ``budget.n_trials``.
         timeout_s: stop starting trials after this many seconds of this call.
-        storage: Optuna storage URL; defaults to the space's ``study.storage``.
+        storage: Optuna storage URL; defaults to the space's ``study.storage``;
+            ``"memory"`` keeps the study in this process only (benchmarks, tests).
         study_name: defaults to the space's ``study.name`` (the file's stem).
         out_dir: folder for trial logs and ``best_config.yaml``.
         reporter: receives notes and per-trial progress.
+        backend: what runs trials (default: real subprocesses; see :class:`Tuner`).
 
     Returns:
-        A :class:`TuneResult` with every trial, the baseline and the recommended config.
+        A :class:`TuneResult` with every measured config, the baseline and the
+        recommended config.
     """
     if not isinstance(space, Space):
         from .space import load_space
@@ -486,4 +427,5 @@ def tune(
         study_name=study_name,
         out_dir=out_dir,
         reporter=reporter,
+        backend=backend,
     ).run()

@@ -51,5 +51,5 @@ TINY_SPACE = """
     global_batch: 32
     trial: {warmup_steps: 1, measured_steps: 4, timeout_s: 120}
     budget: {n_trials: 3}
-    study: {seed: 1}
+    search: {seed: 1, confirm_top: 0}
 """

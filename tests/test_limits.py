@@ -35,6 +35,7 @@ def test_memory_budget_makes_large_batches_infeasible(write_space, tmp_path):
         limits: {{memory: {budget}}}
         trial: {{warmup_steps: 1, measured_steps: 2}}
         budget: {{n_trials: 2}}
+        search: {{confirm_top: 0}}
     """)
     result = tune(space, storage=f"sqlite:///{tmp_path}/s.db", out_dir=tmp_path / "runs")
     by_batch = {t.config.batch_size: t for t in result.trials}
@@ -54,6 +55,7 @@ def test_fp16_overflow_is_rejected_while_bf16_and_fp32_pass(write_space, tmp_pat
         knobs: {amp_dtype: [fp32, bf16, fp16]}
         trial: {warmup_steps: 1, measured_steps: 3}
         budget: {n_trials: 3}
+        search: {confirm_top: 0}
     """)
     result = tune(space, storage=f"sqlite:///{tmp_path}/s.db", out_dir=tmp_path / "runs")
     status = {t.config.amp_dtype: t for t in result.trials}
@@ -73,6 +75,7 @@ def test_fixed_global_batch_and_reference_stored_once(write_space, tmp_path):
         global_batch: 32
         trial: {warmup_steps: 1, measured_steps: 3}
         budget: {n_trials: 3}
+        search: {confirm_top: 0}
     """)
     storage = f"sqlite:///{tmp_path}/s.db"
     result = tune(space, storage=storage, out_dir=tmp_path / "runs")

@@ -77,7 +77,7 @@ def test_problems_are_gathered_and_name_file_and_key(write_space):
         ("knobs: {}\n", "workload: is required"),
         ("workload: nocolon\n", "workload: must be 'module:function'"),
         ("workload: m:f\nbudget: {n_trials: null}\n", "otherwise the study never ends"),
-        ("workload: m:f\nstudy: {sampler: magic}\n", "study.sampler: must be one of tpe, random"),
+        ("workload: m:f\nsearch: {sampler: magic}\n", "search.sampler: must be one of tpe"),
     ],
 )
 def test_bad_files_give_one_clear_error(write_space, text, message):

@@ -113,3 +113,16 @@ def wide() -> autotune.Workload:
         loss=_loss,
         optimizer=lambda params: torch.optim.SGD(params, lr=0.01),
     )
+
+
+def _sleepy_loss(model: nn.Module, batch) -> torch.Tensor:
+    import time
+
+    if batch[0].shape[0] == 4:  # the clearly slow config
+        time.sleep(0.005)
+    return _loss(model, batch)
+
+
+def sleepy() -> autotune.Workload:
+    """Micro-batch 4 sleeps 5 ms per step: far slower per sample than micro-batch 8."""
+    return autotune.Workload(name="sleepy", model=MLP, dataset=Blobs, loss=_sleepy_loss)
