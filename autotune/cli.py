@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 
@@ -21,6 +22,16 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--storage", help="Optuna storage URL (default: the space's, sqlite)")
     run.add_argument("--study-name", help="study name (default: the space file's stem)")
     run.add_argument("--out", help="folder for trial logs and best_config.yaml")
+    par = run.add_mutually_exclusive_group()
+    par.add_argument("--gpus", help="one worker per GPU: '0,1,2,3' or 'all' (CUDA_VISIBLE_DEVICES)")
+    par.add_argument("--jobs", type=int, help="N workers on this machine sharing the study")
+    run.add_argument(
+        "--worker-index",
+        type=int,
+        default=int(os.environ.get("AUTOTUNE_WORKER_INDEX", "0")),
+        help="this worker's number when several share a study (seed offset)",
+    )
+    run.add_argument("--no-summary", action="store_true", help=argparse.SUPPRESS)
 
     val = sub.add_parser("validate", help="check a space file without running anything")
     val.add_argument("space")
@@ -40,7 +51,9 @@ def _run(args: argparse.Namespace) -> int:
     from .tuner import tune
 
     space = load_space(args.space)
-    reporter = ConsoleReporter()
+    if args.gpus or (args.jobs and args.jobs > 1):
+        return _run_workers(args, space)
+    reporter = ConsoleReporter(prefix=f"[w{args.worker_index}] " if args.no_summary else "")
     reporter.console.print(
         f"autotune: study {args.study_name or space.study.name} "
         f"in {args.storage or space.study.storage}"
@@ -53,9 +66,89 @@ def _run(args: argparse.Namespace) -> int:
         study_name=args.study_name,
         out_dir=args.out,
         reporter=reporter,
+        worker_index=args.worker_index,
     )
-    print_summary(result, reporter.console)
+    if not args.no_summary:
+        print_summary(result, reporter.console)
     return 0 if result.best is not None else 2
+
+
+def _gpu_ids(spec: str) -> list[str]:
+    if spec != "all":
+        ids = [g.strip() for g in spec.split(",") if g.strip()]
+        if not ids or not all(g.isdigit() for g in ids):
+            raise AutotuneError(f"--gpus must be 'all' or a list like 0,1,2 but got {spec!r}")
+        return ids
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        count = pynvml.nvmlDeviceGetCount()
+        pynvml.nvmlShutdown()
+    except Exception as e:  # no driver, no library: NVMLError and friends
+        raise AutotuneError(f"--gpus all: no NVIDIA GPUs found here ({e})") from None
+    if count == 0:
+        raise AutotuneError("--gpus all: no NVIDIA GPUs found here")
+    return [str(i) for i in range(count)]
+
+
+def _run_workers(args: argparse.Namespace, space) -> int:
+    """Several workers on this machine share one study: one per GPU, or N on the CPU."""
+    import subprocess
+
+    from .tuner import open_study
+
+    storage = args.storage or space.study.storage
+    name = args.study_name or space.study.name
+    open_study(space, storage, name)  # create it once: workers starting together only load it
+    if args.gpus:
+        devices: list[str | None] = list(_gpu_ids(args.gpus))
+    else:
+        devices = [None] * args.jobs
+        print(
+            f"autotune: warning: {args.jobs} CPU workers share this machine's cores; their "
+            "trials slow each other down, so throughputs are distorted. Prefer one worker per "
+            "machine or per GPU.",
+            file=sys.stderr,
+        )
+    procs = []
+    for index, device in enumerate(devices):
+        cmd = [
+            sys.executable,
+            "-m",
+            "autotune",
+            "run",
+            args.space,
+            "--storage",
+            storage,
+            "--study-name",
+            name,
+            "--worker-index",
+            str(index),
+            "--no-summary",
+        ]
+        for flag, value in (
+            ("--n-trials", args.n_trials),
+            ("--timeout", args.timeout),
+            ("--out", args.out),
+        ):
+            if value is not None:
+                cmd += [flag, str(value)]
+        env = dict(os.environ)
+        if device is not None:
+            env["CUDA_VISIBLE_DEVICES"] = device
+        procs.append(subprocess.Popen(cmd, env=env))
+    try:
+        codes = [p.wait() for p in procs]
+    except KeyboardInterrupt:
+        for p in procs:
+            p.terminate()  # workers treat SIGTERM like Ctrl-C: trial killed, resumable
+        for p in procs:
+            p.wait()
+        raise
+    args.storage, args.study_name = storage, name
+    _show(args)
+    return max(codes) if any(codes) else 0
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -76,13 +169,14 @@ def _show(args: argparse.Namespace) -> int:
     from .report import print_summary
     from .results import TuneResult, records
     from .space import load_space
+    from .storage import open_storage
 
     space = load_space(args.space)
     storage = args.storage or space.study.storage
     name = args.study_name or space.study.name
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        study = optuna.load_study(study_name=name, storage=storage)
+        study = optuna.load_study(study_name=name, storage=open_storage(storage))
     except Exception as e:
         raise AutotuneError(f"cannot load study {name!r} from {storage!r}: {e}") from None
     result = TuneResult.from_trials(

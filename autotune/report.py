@@ -46,11 +46,12 @@ def make_console() -> Console:
 class ConsoleReporter(Reporter):
     """Prints notes and one line per trial to a rich console."""
 
-    def __init__(self, console: Console | None = None) -> None:
+    def __init__(self, console: Console | None = None, prefix: str = "") -> None:
         self.console = console or make_console()
+        self.prefix = escape(prefix)
 
     def note(self, message: str) -> None:
-        self.console.print(f"[dim]note:[/dim] {message}")
+        self.console.print(f"{self.prefix}[dim]note:[/dim] {message}")
 
     def trial(self, record, best, baseline, done, total) -> None:
         if record.feasible:
@@ -65,7 +66,7 @@ class ConsoleReporter(Reporter):
             else f"trial {done}{of}"
         )
         self.console.print(
-            f"{head} #{record.number} {escape(f'[{record.role}]')} "
+            f"{self.prefix}{head} #{record.number} {escape(f'[{record.role}]')} "
             f"{record.config.short()} | "
             f"{_rate(record)} | {status} | {best_text}"
         )

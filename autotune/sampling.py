@@ -68,7 +68,9 @@ def make_sampler(space: Space) -> optuna.samplers.BaseSampler:
         if s.sampler == "grid":
             return optuna.samplers.GridSampler(grid(space), seed=s.seed)
         if s.sampler == "tpe-independent":
-            return optuna.samplers.TPESampler(seed=s.seed, n_startup_trials=s.n_startup_trials)
+            return optuna.samplers.TPESampler(
+                seed=s.seed, n_startup_trials=s.n_startup_trials, constant_liar=True
+            )
         if s.sampler == "gp":
             try:
                 import scipy  # noqa: F401
@@ -77,6 +79,12 @@ def make_sampler(space: Space) -> optuna.samplers.BaseSampler:
             return optuna.samplers.GPSampler(seed=s.seed, n_startup_trials=s.n_startup_trials)
         # Multivariate TPE models knobs jointly (batch size and workers interact); group
         # splits the conditional space into the sub-spaces that really co-occur.
+        # constant_liar: with several workers, running trials count as bad guesses, so
+        # workers do not all propose the same config.
         return optuna.samplers.TPESampler(
-            seed=s.seed, multivariate=True, group=True, n_startup_trials=s.n_startup_trials
+            seed=s.seed,
+            multivariate=True,
+            group=True,
+            n_startup_trials=s.n_startup_trials,
+            constant_liar=True,
         )

@@ -37,6 +37,7 @@ from .results import (  # noqa: F401  (re-exported: the engine's vocabulary)
 )
 from .sampling import encode, make_sampler, sample
 from .space import Space
+from .storage import create_or_load, open_storage
 
 MAX_DUPLICATES_IN_A_ROW = 30
 
@@ -66,13 +67,9 @@ def open_study(space: Space, storage: str, study_name: str) -> optuna.Study:
     """
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        study = optuna.create_study(
-            storage=None if storage == "memory" else storage,
-            study_name=study_name,
-            direction="maximize",
-            sampler=make_sampler(space),
-            load_if_exists=True,
-        )
+        study = create_or_load(open_storage(storage), study_name, make_sampler(space))
+    except StorageError:
+        raise
     except Exception as e:  # SQLAlchemy/Optuna raise many types for a bad URL or file
         detail = (str(e).strip().splitlines() or [""])[0]
         raise StorageError(
@@ -109,8 +106,14 @@ class Tuner:
         out_dir: str | Path | None = None,
         reporter: Reporter | None = None,
         backend: Any = runner,
+        worker_index: int = 0,
     ) -> None:
+        if worker_index:  # workers sharing a study must not propose the same sequence
+            space = replace(
+                space, search=replace(space.search, seed=space.search.seed + worker_index)
+            )
         self.space = space
+        self.worker_index = worker_index
         self.n_trials = n_trials if n_trials is not None else space.budget.n_trials
         self.timeout_s = timeout_s if timeout_s is not None else space.budget.timeout_s
         if self.n_trials is not None and self.n_trials < 1:
@@ -131,7 +134,8 @@ class Tuner:
 
     def _prepare(self) -> None:
         """Probe the machine and workload; restrict the space to what can run here."""
-        probe = self.backend.probe(self.space, self.out_dir / "probe")
+        folder = "probe" if not self.worker_index else f"probe-{self.worker_index}"
+        probe = self.backend.probe(self.space, self.out_dir / folder)
         self.capabilities = probe["capabilities"]
         caps = Capabilities.from_dict(self.capabilities)
         self.space, notes = self.space.restrict(caps)
@@ -166,30 +170,38 @@ class Tuner:
                 encode(self.space, self.space.baseline), user_attrs={"role": BASELINE}
             )
         self.reference = self._reference(study, trials)
-        self._search(study, trials)
+        self._search(study)
         self._confirm(study)
         return self._result(study)
 
-    def _search(self, study: optuna.Study, trials: list[TrialRecord]) -> None:
-        """Sample and measure until the budget is spent or the space is exhausted."""
+    def _search(self, study: optuna.Study) -> None:
+        """Sample and measure until the budget is spent or the space is exhausted.
+
+        The study is re-read every iteration: other workers may share it, so the budget,
+        the configs already measured (or being measured) and stale trials are global.
+        """
         space = self.space
         size = math.prod(len(v) for v in space.searched.values())
-        measured = {t.config.key(): t for t in trials if t.role not in (DUPLICATE, REPEAT)}
-        done = len(measured)
         dup_streak = 0
+        done = 0
         start = time.monotonic()
+        grace_s = 3 * space.study.heartbeat_s
 
-        def budget_left() -> bool:
+        while True:
+            trials = records(study)
+            measured = {t.config.key(): t for t in trials if t.role not in (DUPLICATE, REPEAT)}
+            running = _running_keys(study)
+            done = len(measured.keys() | running)
             if self.n_trials is not None and done >= self.n_trials:
-                return False
+                break
             if self.timeout_s is not None and time.monotonic() - start >= self.timeout_s:
-                return False
-            return done < size and dup_streak < MAX_DUPLICATES_IN_A_ROW
-
-        while budget_left():
+                break
+            if done >= size or dup_streak >= MAX_DUPLICATES_IN_A_ROW:
+                break
             trial = study.ask()
             config = sample(space, trial)
-            previous = measured.get(config.key())
+            key = config.key()
+            previous = measured.get(key)
             if previous is not None:  # measured before: reuse it, spend nothing
                 self._tell(
                     study,
@@ -201,13 +213,19 @@ class Tuner:
                 )
                 dup_streak += 1
                 continue
+            if key in running:  # another worker is measuring it right now
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                dup_streak += 1
+                continue
             dup_streak = 0
+            trial.set_user_attr("config_key", key)
             best = best_of(trials)
             record = self._measure(study, trial, config, best.value if best else None)
-            measured[config.key()] = record
             trials.append(record)
-            done += 1
-            self.reporter.trial(record, best_of(trials), baseline_of(trials), done, self.n_trials)
+            self.reporter.trial(
+                record, best_of(trials), baseline_of(trials), done + 1, self.n_trials
+            )
+            fail_stale_trials(study, grace_s)  # a worker beside us may have died meanwhile
         if dup_streak >= MAX_DUPLICATES_IN_A_ROW:
             self.notes.append(
                 f"stopped: the sampler proposed {dup_streak} measured configs in a row"
@@ -258,12 +276,19 @@ class Tuner:
         if stored is not None:
             return [float(x) for x in stored["losses"]]
         config = self.space.baseline.replace(amp_dtype="fp32", compile_mode="off")
+        if config == self.space.baseline and BASELINE in _running_roles(study):
+            stored = self._wait_for_reference(study)  # another worker runs the baseline
+            if stored is not None:
+                return stored
         baseline = baseline_of(trials)
         if config == self.space.baseline and baseline is not None:
             m = baseline.measurement
         elif config == self.space.baseline and _waiting_roles(study)[:1] == [BASELINE]:
             # Run the enqueued baseline trial now; it is judged against its own losses.
             trial = study.ask()
+            if trial.user_attrs.get("role") != BASELINE:  # another worker took it first
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                return self._reference(study, records(study))
             sample(self.space, trial)  # takes the enqueued baseline params
             m = self._run(study, trial, config)
             record = self._tell(
@@ -275,7 +300,8 @@ class Tuner:
             self.reporter.note(
                 f"running the fp32 reference ({config.short()}) for the accuracy guard"
             )
-            m = self.backend.run_trial(self.space, config, self.out_dir / "reference")
+            folder = "reference" if not self.worker_index else f"reference-{self.worker_index}"
+            m = self.backend.run_trial(self.space, config, self.out_dir / folder)
         if not m.ok:
             raise WorkloadError(
                 f"the fp32 reference run ({config.short()}) did not train cleanly: "
@@ -283,6 +309,16 @@ class Tuner:
             )
         study.set_user_attr("reference", {"config": config.to_dict(), "losses": m.losses})
         return m.losses
+
+    def _wait_for_reference(self, study: optuna.Study) -> list[float] | None:
+        deadline = time.monotonic() + self.space.trial.timeout_s + 30
+        self.reporter.note("waiting for another worker's baseline run (the fp32 reference)")
+        while time.monotonic() < deadline and BASELINE in _running_roles(study):
+            time.sleep(1.0)
+            stored = study.user_attrs.get("reference")
+            if stored is not None:
+                return [float(x) for x in stored["losses"]]
+        return None
 
     def _run(
         self,
@@ -380,6 +416,17 @@ class Tuner:
         return result
 
 
+def _running_roles(study: optuna.Study) -> list[str]:
+    running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    return [t.user_attrs.get("role", SEARCH) for t in running]
+
+
+def _running_keys(study: optuna.Study) -> set[str]:
+    """Configs being measured right now (by this or another worker)."""
+    running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    return {t.user_attrs["config_key"] for t in running if "config_key" in t.user_attrs}
+
+
 def _waiting_roles(study: optuna.Study) -> list[str]:
     """Roles of the queued trials, in the order ``ask`` will hand them out."""
     waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
@@ -396,6 +443,7 @@ def tune(
     out_dir: str | Path | None = None,
     reporter: Reporter | None = None,
     backend: Any = runner,
+    worker_index: int = 0,
 ) -> TuneResult:
     """Search the space for the fastest config; the library form of ``autotune run``.
 
@@ -410,6 +458,8 @@ def tune(
         out_dir: folder for trial logs and ``best_config.yaml``.
         reporter: receives notes and per-trial progress.
         backend: what runs trials (default: real subprocesses; see :class:`Tuner`).
+        worker_index: this worker's number when several share the study (offsets the
+            sampler's seed).
 
     Returns:
         A :class:`TuneResult` with every measured config, the baseline and the
@@ -428,4 +478,5 @@ def tune(
         out_dir=out_dir,
         reporter=reporter,
         backend=backend,
+        worker_index=worker_index,
     ).run()
