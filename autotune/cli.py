@@ -124,7 +124,7 @@ def _run_workers(args: argparse.Namespace, space) -> int:
             "--study-name",
             name,
             "--worker-index",
-            str(index),
+            str(args.worker_index * len(devices) + index),  # unique across hosts too
             "--no-summary",
         ]
         for flag, value in (
