@@ -19,25 +19,9 @@ from typing import Any
 T0 = time.perf_counter()
 
 
-def _die_with_driver() -> None:
-    """Ask Linux to SIGKILL this process when the driver dies (even by SIGKILL), so a
-    killed ``autotune run`` leaves no trial running; DataLoader workers follow their parent.
-    """
-    driver = os.environ.get("AUTOTUNE_DRIVER_PID")
-    if not driver or not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-        import signal
+from ._child_guard import die_with_driver  # noqa: E402
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != int(driver):  # the driver died before prctl took effect
-        os._exit(1)
-
-
-_die_with_driver()
+die_with_driver()
 
 import torch  # noqa: E402
 
@@ -97,6 +81,8 @@ def _capabilities(device: torch.device, workload: Workload) -> dict[str, Any]:
         "compile_reason": compile_reason,
         "cpu_count": os.cpu_count() or 1,
         "workload_blocks": blocks,
+        "gpu_count": torch.cuda.device_count() if torch.cuda.is_available() else 0,
+        "distributed": torch.distributed.is_available(),
     }
 
 
@@ -121,7 +107,7 @@ def run_trial(spec: dict[str, Any]) -> Measurement:
     """Build, warm up, measure. Exceptions propagate to :func:`main`."""
     config = Config.from_dict(spec["config"])
     trial = spec["trial"]
-    device = resolve_device(spec.get("device", "auto"))
+    device = _init_distributed(resolve_device(spec.get("device", "auto")))
     seed = int(trial.get("seed", 0))
     workload = _load(spec)
     torch.manual_seed(seed)
@@ -150,7 +136,9 @@ def run_trial(spec: dict[str, Any]) -> Measurement:
         losses.append(applied.train_step(batches))
     warmup.stop()
 
-    progress = _Progress(spec.get("progress_path"), warmup.window_s, config.global_batch)
+    progress = _Progress(
+        spec.get("progress_path") if RANK == 0 else None, warmup.window_s, config.global_batch
+    )
     clock = StepClock(device)
     clock.start()
     for _ in range(int(trial["measured_steps"])):
@@ -159,12 +147,19 @@ def run_trial(spec: dict[str, Any]) -> Measurement:
         progress.update(clock)
     clock.stop()
 
-    values = [float(x) for x in torch.stack(losses).cpu().tolist()]
-    per_step = config.global_batch
+    stacked = torch.stack(losses)
+    window_s, warmup_s = clock.window_s, warmup.window_s
+    memory = peak_memory(device)
+    if WORLD > 1:  # global view: mean loss, slowest rank's window, largest memory peak
+        stacked, window_s, warmup_s, memory["peak_mem_bytes"] = _reduce_ranks(
+            stacked, window_s, warmup_s, memory["peak_mem_bytes"], device
+        )
+    values = [float(x) for x in stacked.cpu().tolist()]
+    per_step = config.global_batch  # samples of all ranks
     steps = int(trial["measured_steps"])
-    samples_per_s = steps * per_step / clock.window_s
+    samples_per_s = steps * per_step / window_s
     stats = spread(clock.step_times_s())
-    steady_step_s = clock.window_s / steps
+    steady_step_s = window_s / steps
     m = Measurement(
         status=OK,
         samples_per_s=samples_per_s,
@@ -173,20 +168,51 @@ def run_trial(spec: dict[str, Any]) -> Measurement:
         else None,
         samples_per_step=per_step,
         measured_steps=steps,
-        window_s=clock.window_s,
-        warmup_s=warmup.window_s,
+        window_s=window_s,
+        warmup_s=warmup_s,
         # What warm-up cost beyond steady-state steps: compilation, autotuning, caches.
-        compile_s=max(0.0, warmup.window_s - int(trial["warmup_steps"]) * steady_step_s),
+        compile_s=max(0.0, warmup_s - int(trial["warmup_steps"]) * steady_step_s),
         startup_s=startup_s,
         skipped_steps=applied.skipped_steps,
         losses=values,
         **stats,
-        **peak_memory(device),
+        **memory,
     )
     if not all(math.isfinite(x) for x in values):
         first = next(i for i, x in enumerate(values) if not math.isfinite(x))
         return m.replace(status=NAN, reason=f"loss is {values[first]} at step {first}")
     return m
+
+
+RANK = int(os.environ.get("RANK", "0"))
+WORLD = int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def _init_distributed(device: torch.device) -> torch.device:
+    """Join the trial's process group when ``torch.distributed.run`` started several ranks."""
+    if WORLD == 1:
+        return device
+    import torch.distributed as dist
+
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return device
+
+
+def _reduce_ranks(
+    losses: torch.Tensor, window_s: float, warmup_s: float, peak: int, device: torch.device
+) -> tuple[torch.Tensor, float, float, int]:
+    import torch.distributed as dist
+
+    losses = losses.clone()
+    dist.all_reduce(losses)
+    losses /= WORLD
+    worst = torch.tensor([window_s, warmup_s, float(peak)], dtype=torch.float64, device=device)
+    dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+    window_s, warmup_s, peak_f = worst.tolist()
+    return losses, window_s, warmup_s, int(peak_f)
 
 
 class _Progress:
@@ -234,11 +260,13 @@ def main(argv: list[str] | None = None) -> int:
         reason = (text.strip().splitlines() or [type(exc).__name__])[0][:500]
         payload = Measurement(status=status, reason=reason).to_dict()
     payload["wall_s"] = time.perf_counter() - T0
-    _write(result_path, payload)
+    if RANK == 0:  # under DDP, rank 0 speaks for the trial
+        _write(result_path, payload)
     sys.stdout.flush()
     sys.stderr.flush()
     # Skip interpreter teardown: DataLoader workers and compile threads can make it slow.
-    os._exit(0)
+    # A failed rank exits non-zero so that torch.distributed.run stops the others.
+    os._exit(1 if WORLD > 1 and payload.get("status") != OK else 0)
 
 
 if __name__ == "__main__":

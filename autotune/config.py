@@ -25,6 +25,10 @@ class Config:
     cudnn_benchmark: bool = KNOBS["cudnn_benchmark"].default
     compile_mode: str = KNOBS["compile_mode"].default
     gradient_checkpointing: bool = KNOBS["gradient_checkpointing"].default
+    world_size: int = KNOBS["world_size"].default
+    ddp_bucket_cap_mb: int = KNOBS["ddp_bucket_cap_mb"].default
+    ddp_gradient_as_bucket_view: bool = KNOBS["ddp_gradient_as_bucket_view"].default
+    ddp_static_graph: bool = KNOBS["ddp_static_graph"].default
 
     def __post_init__(self) -> None:
         for name in KNOBS:
@@ -41,7 +45,8 @@ class Config:
 
     @property
     def global_batch(self) -> int:
-        return self.batch_size * self.accumulation_steps
+        """Samples per optimizer step, over all DDP processes."""
+        return self.batch_size * self.accumulation_steps * self.world_size
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -79,6 +84,10 @@ _SHORT = {
     "compile_mode": "compile",
     "gradient_checkpointing": "ckpt",
     "cudnn_benchmark": "cudnn_bench",
+    "world_size": "ddp",
+    "ddp_bucket_cap_mb": "bucket_mb",
+    "ddp_gradient_as_bucket_view": "grad_view",
+    "ddp_static_graph": "static_graph",
 }
 
 

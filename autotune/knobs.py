@@ -25,6 +25,8 @@ class Capabilities:
     compile_reason: str = ""
     cpu_count: int = 1
     workload_blocks: int = 0  # how many checkpointable blocks the workload exposes
+    gpu_count: int = 0  # CUDA devices visible to a trial
+    distributed: bool = True  # torch.distributed with a backend for this device
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Capabilities:
@@ -122,6 +124,24 @@ def _workers_unsupported(caps: Capabilities, value: int) -> str | None:
     return None
 
 
+def _world_size_unsupported(caps: Capabilities, value: int) -> str | None:
+    if value == 1:
+        return None
+    if not caps.distributed:
+        return "torch.distributed is not available in this torch build"
+    if caps.device == "cuda" and value > caps.gpu_count:
+        return f"needs {value} GPUs but {caps.gpu_count} are visible"
+    if caps.device != "cuda" and value > caps.cpu_count:
+        return f"more gloo processes than the {caps.cpu_count} CPUs of this machine"
+    return None
+
+
+def _needs_ddp(values: Mapping[str, Any]) -> str | None:
+    if values.get("world_size", 1) > 1:
+        return None
+    return f"needs world_size > 1 (world_size is {values.get('world_size', 1)})"
+
+
 KNOBS: dict[str, Knob] = {
     k.name: k
     for k in (
@@ -176,6 +196,36 @@ KNOBS: dict[str, Knob] = {
             False,
             "recompute block activations in backward; less memory for more compute",
             unsupported=_checkpoint_unsupported,
+        ),
+        Knob(
+            "world_size",
+            "int",
+            1,
+            "DDP processes per trial (one per GPU; gloo on CPU); global samples/s is scored",
+            minimum=1,
+            unsupported=_world_size_unsupported,
+        ),
+        Knob(
+            "ddp_bucket_cap_mb",
+            "int",
+            25,
+            "DDP gradient bucket size; bigger buckets mean fewer, larger all-reduces",
+            minimum=1,
+            requires=_needs_ddp,
+        ),
+        Knob(
+            "ddp_gradient_as_bucket_view",
+            "bool",
+            False,
+            "gradients alias DDP's buckets: saves a copy and the memory of one gradient",
+            requires=_needs_ddp,
+        ),
+        Knob(
+            "ddp_static_graph",
+            "bool",
+            False,
+            "promise DDP the graph never changes: enables its static-graph optimisations",
+            requires=_needs_ddp,
         ),
     )
 }

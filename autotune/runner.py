@@ -56,15 +56,21 @@ def _last_line(path: Path) -> str:
 POLL_S = 0.25
 
 
-def _spawn(spec_path: Path, result_path: Path, out: Any, err: Any) -> subprocess.Popen:
+def _spawn(
+    spec_path: Path, result_path: Path, out: Any, err: Any, world_size: int = 1
+) -> subprocess.Popen:
     env = dict(os.environ)
     # The child must import this very autotune, even when it is not installed.
     package_root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     env.setdefault("PYTHONUNBUFFERED", "1")
     env["AUTOTUNE_DRIVER_PID"] = str(os.getpid())
+    if world_size > 1:  # torch.distributed.run starts the ranks (see autotune._launch)
+        argv = [sys.executable, "-m", "autotune._launch", str(world_size)]
+    else:
+        argv = [sys.executable, "-m", "autotune._child"]
     return subprocess.Popen(
-        [sys.executable, "-m", "autotune._child", str(spec_path), str(result_path)],
+        [*argv, str(spec_path), str(result_path)],
         stdout=out,
         stderr=err,
         stdin=subprocess.DEVNULL,
@@ -129,7 +135,9 @@ def run_child(
     result_path.unlink(missing_ok=True)
     start = time.perf_counter()
     with open(folder / "stdout.log", "wb") as out, open(folder / "stderr.log", "wb") as err:
-        proc = _spawn(spec_path, result_path, out, err)
+        proc = _spawn(
+            spec_path, result_path, out, err, int(spec.get("config", {}).get("world_size", 1))
+        )
         try:
             stopped = _supervise(proc, timeout_s, memory_cap_bytes, stop_early)
         except BaseException:
@@ -139,7 +147,7 @@ def run_child(
         _kill_group(proc)
     if stopped is not None:
         return {**stopped, "wall_s": time.perf_counter() - start}
-    if proc.returncode == 0 and result_path.exists():
+    if result_path.exists():  # written by the trial (rank 0 under DDP), whatever its status
         return json.loads(result_path.read_text())
     reason = _describe_exit(proc.returncode)
     tail = _last_line(folder / "stderr.log")

@@ -211,7 +211,8 @@ class Space:
         fixed = {k: v[0] for k, v in self.knobs.items() if len(v) == 1}
         config = self.baseline.replace(**{**fixed, **values})
         if self.global_batch is not None:
-            config = config.replace(accumulation_steps=self.global_batch // config.batch_size)
+            per_step = config.batch_size * config.world_size
+            config = config.replace(accumulation_steps=self.global_batch // per_step)
         return config
 
     def fingerprint(self) -> str:
@@ -463,9 +464,12 @@ def _fix_global_batch(
             "batch is fixed; set global_batch (or baseline), or use global_batch: free"
         )
         return None
-    if raw % baseline.batch_size:
+    worlds = knobs.get("world_size", (baseline.world_size,))
+    if raw % (baseline.batch_size * baseline.world_size):
         problems.append(
-            f"baseline.batch_size: {baseline.batch_size} does not divide global_batch {raw}"
+            f"baseline.batch_size: {baseline.batch_size}"
+            + (f" x world_size {baseline.world_size}" if baseline.world_size > 1 else "")
+            + f" does not divide global_batch {raw}"
         )
         return None
     if "accumulation_steps" in (data.get("baseline") or {}) and baseline.global_batch != raw:
@@ -475,12 +479,14 @@ def _fix_global_batch(
         )
         return None
     if "batch_size" in knobs:
-        kept = tuple(b for b in knobs["batch_size"] if raw % b == 0)
-        dropped = [b for b in knobs["batch_size"] if raw % b]
+        # Every micro-batch must split the global batch for every world size searched.
+        kept = tuple(b for b in knobs["batch_size"] if all(raw % (b * w) == 0 for w in worlds))
+        dropped = [b for b in knobs["batch_size"] if b not in kept]
         if dropped:
             notes.append(
                 f"batch_size {', '.join(map(str, dropped))} dropped: "
                 f"does not divide global_batch {raw}"
+                + (f" for world_size {', '.join(map(str, worlds))}" if len(worlds) > 1 else "")
             )
         knobs["batch_size"] = kept
     return raw
@@ -588,7 +594,9 @@ def parse_space(data: Any, *, source: str = "<space>", base_dir: Path = Path("."
     if problems:
         raise SpaceError([f"{source}: {p}" for p in problems])
     if global_batch is not None:
-        baseline = baseline.replace(accumulation_steps=global_batch // baseline.batch_size)
+        baseline = baseline.replace(
+            accumulation_steps=global_batch // (baseline.batch_size * baseline.world_size)
+        )
     # The user's current setting is always a candidate, so the baseline lies in the space.
     for name, value in baseline.to_dict().items():
         if name in knobs and value not in knobs[name]:

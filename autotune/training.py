@@ -33,14 +33,22 @@ class StreamSampler(Sampler[int]):
     sample order, so loss trajectories of trials with equal global batch compare.
     """
 
-    def __init__(self, n: int, seed: int) -> None:
+    def __init__(self, n: int, seed: int, rank: int = 0, world_size: int = 1) -> None:
         self.n = n
         self.seed = seed
+        self.rank = rank
+        self.world_size = world_size
 
     def __iter__(self) -> Iterator[int]:
+        # Under DDP each rank takes every world_size-th sample of the one stream: the ranks
+        # together see exactly what a single process with their summed batch would.
         g = torch.Generator().manual_seed(self.seed)
+        position = 0
         while True:
-            yield from torch.randperm(self.n, generator=g).tolist()
+            for index in torch.randperm(self.n, generator=g).tolist():
+                if position % self.world_size == self.rank:
+                    yield index
+                position += 1
 
 
 def make_loader(
@@ -63,9 +71,34 @@ def make_loader(
         drop_last=True,
     )
     if endless:
-        return DataLoader(dataset, sampler=StreamSampler(len(dataset), seed), **kwargs)
+        rank, world = _rank_and_world()
+        return DataLoader(dataset, sampler=StreamSampler(len(dataset), seed, rank, world), **kwargs)
     g = torch.Generator().manual_seed(seed)
     return DataLoader(dataset, shuffle=True, generator=g, **kwargs)
+
+
+def _rank_and_world() -> tuple[int, int]:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def wrap_ddp(model: torch.nn.Module, config: Config, device: torch.device) -> torch.nn.Module:
+    """``DistributedDataParallel`` with the config's bucket and graph options.
+
+    Needs an initialised process group (``torch.distributed.run`` starts one per trial).
+    """
+    from torch.nn.parallel import DistributedDataParallel
+
+    return DistributedDataParallel(
+        model,
+        device_ids=[device.index] if device.type == "cuda" else None,
+        bucket_cap_mb=config.ddp_bucket_cap_mb,
+        gradient_as_bucket_view=config.ddp_gradient_as_bucket_view,
+        static_graph=config.ddp_static_graph,
+    )
 
 
 def to_device(batch: Any, device: torch.device, non_blocking: bool = False) -> Any:
@@ -130,12 +163,15 @@ class Applied:
         """
         accum = self.config.accumulation_steps
         total = torch.zeros((), device=self.device)
-        for _ in range(accum):
+        for i in range(accum):
             batch = to_device(next(batches), self.device)
-            with self.autocast():
-                loss = self.loss_fn(self.model, batch)
-            scaled = loss.float() / accum
-            (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+            # Under DDP only the last micro-batch all-reduces gradients.
+            sync = i == accum - 1 or not hasattr(self.model, "no_sync")
+            with contextlib.nullcontext() if sync else self.model.no_sync():
+                with self.autocast():
+                    loss = self.loss_fn(self.model, batch)
+                scaled = loss.float() / accum
+                (self.scaler.scale(scaled) if self.scaler else scaled).backward()
             total += loss.detach().float()
         if self.scaler is not None:
             # get_scale() syncs with the device; only fp16 pays that, once per optimizer step.
@@ -203,6 +239,8 @@ def apply(
             raise ValueError("gradient_checkpointing needs the model's blocks (blocks=...)")
         checkpoint_blocks(blocks)
     opt = _build_optimizer(optimizer, model)
+    if config.world_size > 1:
+        model = wrap_ddp(model, config, device)
     if config.compile_mode != "off":
         mode = None if config.compile_mode == "default" else config.compile_mode
         model = torch.compile(model, mode=mode)
