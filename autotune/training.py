@@ -68,6 +68,22 @@ def make_loader(
     return DataLoader(dataset, shuffle=True, generator=g, **kwargs)
 
 
+PHASE_PREFIX = "autotune."
+_NO_RANGE = contextlib.nullcontext()
+
+
+def phase(name: str) -> contextlib.AbstractContextManager:
+    """A ``torch.profiler`` range ``autotune.<name>`` around one part of a training step.
+
+    The ranges let the bottleneck analysis split a step into data, to_device, forward,
+    backward and optimizer. They are opened only while a profiler runs: a
+    ``record_function`` costs ~10 µs even without one, too much inside a timed step.
+    """
+    if torch.autograd._profiler_enabled():
+        return torch.profiler.record_function(PHASE_PREFIX + name)
+    return _NO_RANGE
+
+
 def to_device(batch: Any, device: torch.device, non_blocking: bool = False) -> Any:
     """Move every tensor in a (nested) batch to ``device``."""
     if isinstance(batch, torch.Tensor):
@@ -131,21 +147,26 @@ class Applied:
         accum = self.config.accumulation_steps
         total = torch.zeros((), device=self.device)
         for _ in range(accum):
-            batch = to_device(next(batches), self.device)
-            with self.autocast():
+            with phase("data"):
+                batch = next(batches)
+            with phase("to_device"):
+                batch = to_device(batch, self.device)
+            with phase("forward"), self.autocast():
                 loss = self.loss_fn(self.model, batch)
-            scaled = loss.float() / accum
-            (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+            with phase("backward"):
+                scaled = loss.float() / accum
+                (self.scaler.scale(scaled) if self.scaler else scaled).backward()
             total += loss.detach().float()
-        if self.scaler is not None:
-            # get_scale() syncs with the device; only fp16 pays that, once per optimizer step.
-            before = self.scaler.get_scale()
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-            self.skipped_steps += int(self.scaler.get_scale() < before)
-        else:
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        with phase("optimizer"):
+            if self.scaler is not None:
+                # get_scale() syncs with the device; only fp16 pays that, once per step.
+                before = self.scaler.get_scale()
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+                self.skipped_steps += int(self.scaler.get_scale() < before)
+            else:
+                self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
         return total / accum
 
 
