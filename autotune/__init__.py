@@ -16,6 +16,7 @@ __all__ = [
     "AutotuneError",
     "Config",
     "Measurement",
+    "Report",
     "Space",
     "SpaceError",
     "StorageError",
@@ -26,6 +27,7 @@ __all__ = [
     "apply",
     "load_config",
     "load_space",
+    "make_report",
     "tune",
 ]
 
@@ -39,6 +41,8 @@ _WHERE = {
     "Config": "config",
     "load_config": "config",
     "Measurement": "measurement",
+    "Report": "reporting",
+    "make_report": "reporting",
     "Space": "space",
     "load_space": "space",
     "TrialRecord": "tuner",

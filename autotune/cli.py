@@ -30,6 +30,27 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--storage")
     show.add_argument("--study-name")
 
+    rep = sub.add_parser(
+        "report", help="summary, plots and bottleneck analysis of a stored study (HTML + PNG)"
+    )
+    rep.add_argument("space", help="the space file the study was run from")
+    rep.add_argument("--storage")
+    rep.add_argument("--study-name")
+    rep.add_argument(
+        "--out", help="the run folder given to `run` (report goes to OUT/STUDY/report/)"
+    )
+    rep.add_argument(
+        "--no-profile",
+        action="store_true",
+        help="do not profile baseline and best (use profiles already stored in the study)",
+    )
+    rep.add_argument(
+        "--reprofile", action="store_true", help="profile again even if profiles are stored"
+    )
+    rep.add_argument(
+        "--profile-steps", type=int, default=5, help="optimizer steps under the profiler"
+    )
+
     sub.add_parser("knobs", help="list the knobs a space can tune")
     return p
 
@@ -71,31 +92,34 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    import optuna
-
     from .report import print_summary
     from .space import load_space
-    from .tuner import TuneResult, baseline_of, best_of, records
+    from .tuner import load_result
 
-    space = load_space(args.space)
-    storage = args.storage or space.study.storage
-    name = args.study_name or space.study.name
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    try:
-        study = optuna.load_study(study_name=name, storage=storage)
-    except Exception as e:
-        raise AutotuneError(f"cannot load study {name!r} from {storage!r}: {e}") from None
-    trials = records(study)
-    print_summary(
-        TuneResult(
-            name,
-            storage,
-            trials,
-            baseline_of(trials),
-            best_of(trials),
-            study.user_attrs.get("environment", {}),
-        )
+    _, result = load_result(load_space(args.space), args.storage, args.study_name)
+    print_summary(result)
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from .report import ConsoleReporter, print_report
+    from .reporting import make_report
+    from .space import load_space
+
+    if args.profile_steps < 1:
+        raise AutotuneError(f"--profile-steps must be at least 1 but got {args.profile_steps}")
+    reporter = ConsoleReporter()
+    report = make_report(
+        load_space(args.space),
+        storage=args.storage,
+        study_name=args.study_name,
+        out_dir=args.out,
+        profile=not args.no_profile,
+        profile_steps=args.profile_steps,
+        reprofile=args.reprofile,
+        reporter=reporter,
     )
+    print_report(report, reporter.console)
     return 0
 
 
@@ -112,7 +136,13 @@ def _knobs(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": _run, "validate": _validate, "show": _show, "knobs": _knobs}
+COMMANDS = {
+    "run": _run,
+    "validate": _validate,
+    "show": _show,
+    "report": _report,
+    "knobs": _knobs,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
