@@ -51,6 +51,18 @@ def _parser() -> argparse.ArgumentParser:
         "--profile-steps", type=int, default=5, help="optimizer steps under the profiler"
     )
 
+    exp = sub.add_parser("export", help="the best config for a trainer: yaml, json, hf, ...")
+    exp.add_argument("source", help="a best_config.yaml, or a space file (its study's best)")
+    exp.add_argument(
+        "--format",
+        "-f",
+        default="yaml",
+        help="yaml | json | hf (TrainingArguments) | lightning | env (default: yaml)",
+    )
+    exp.add_argument("--output", "-o", help="write to this file instead of stdout")
+    exp.add_argument("--storage", help="with a space file: the Optuna storage URL")
+    exp.add_argument("--study-name", help="with a space file: the study name")
+
     sub.add_parser("knobs", help="list the knobs a space can tune")
     return p
 
@@ -123,6 +135,24 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .export import export_config, load_best
+
+    config, evidence = load_best(args.source, storage=args.storage, study_name=args.study_name)
+    text = export_config(config, args.format, evidence=evidence)
+    if args.output:
+        try:
+            Path(args.output).write_text(text)
+        except OSError as e:
+            raise AutotuneError(f"cannot write {args.output}: {e.strerror or e}") from None
+        print(f"{args.format} config written to {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 def _knobs(args: argparse.Namespace) -> int:
     from .knobs import KNOBS
 
@@ -141,6 +171,7 @@ COMMANDS = {
     "validate": _validate,
     "show": _show,
     "report": _report,
+    "export": _export,
     "knobs": _knobs,
 }
 
