@@ -88,6 +88,20 @@ def _run(args: argparse.Namespace) -> int:
         reporter=reporter,
     )
     print_summary(result, reporter.console)
+    if result.best is not None:
+        again = " ".join(
+            f"{flag} {value}"
+            for flag, value in (
+                ("--storage", args.storage),
+                ("--study-name", args.study_name),
+                ("--out", args.out),
+            )
+            if value
+        )
+        reporter.console.print(
+            f"next: autotune report {args.space} {again}".rstrip()
+            + f" · autotune export {result.best_config_path} --format hf"
+        )
     return 0 if result.best is not None else 2
 
 

@@ -193,6 +193,16 @@ def apply(
 ) -> Applied:
     """Set up a plain PyTorch training loop the way ``config`` says.
 
+    This is the code every trial runs (``autotune._child`` calls it with the workload's
+    factories), so a config applied here trains as it was measured. Typical use, with a
+    ``best_config.yaml`` written by ``autotune run``::
+
+        cfg = autotune.load_config("autotune-runs/cpu/best_config.yaml")
+        run = autotune.apply(cfg, model=model, dataset=ds, loss=loss_fn, optimizer=make_opt)
+        batches = iter(run.loader)  # one epoch; make a new iterator per epoch
+        for step in range(len(run.loader) // cfg.accumulation_steps):
+            loss = run.train_step(batches)
+
     Args:
         config: a :class:`Config` or a mapping of knob values (e.g. a loaded best_config).
         model: the model in fp32; it is moved to ``device``.
