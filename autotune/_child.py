@@ -13,6 +13,8 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +32,7 @@ from .env import environment  # noqa: E402
 from .errors import AutotuneError  # noqa: E402
 from .measure import StepClock, peak_memory, reset_peak_memory, spread  # noqa: E402
 from .measurement import FAILED, NAN, OK, OOM, Measurement  # noqa: E402
-from .training import apply, resolve_device  # noqa: E402
+from .training import Applied, apply, resolve_device  # noqa: E402
 from .workload import Workload, load_workload  # noqa: E402
 
 
@@ -103,8 +105,20 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def run_trial(spec: dict[str, Any]) -> Measurement:
-    """Build, warm up, measure. Exceptions propagate to :func:`main`."""
+@dataclass
+class Built:
+    """A trial's workload with the config applied, as both trial and profile modes run it."""
+
+    config: Config
+    trial: dict[str, Any]
+    device: torch.device
+    workload: Workload
+    applied: Applied
+    batches: Iterator[Any]
+
+
+def build(spec: dict[str, Any]) -> Built:
+    """Seed, build the workload and apply the config: the same code path as ``autotune.apply``."""
     config = Config.from_dict(spec["config"])
     trial = spec["trial"]
     device = _init_distributed(resolve_device(spec.get("device", "auto")))
@@ -125,7 +139,70 @@ def run_trial(spec: dict[str, Any]) -> Measurement:
         seed=seed,
         endless=True,
     )
-    batches = iter(applied.loader)
+    return Built(config, trial, device, workload, applied, iter(applied.loader))
+
+
+def applied_settings(applied: Applied) -> dict[str, Any]:
+    """What :func:`autotune.apply` set up, read back from the objects it built.
+
+    Written into each trial's ``result.json`` (``applied``), so a test or a user can check
+    that their own ``apply`` call builds the same loader, model and optimizer as the trial.
+    DataLoader attributes are read generically, so new loader knobs show up here too.
+    """
+    loader, model, opt = applied.loader, applied.model, applied.optimizer
+    inner = getattr(model, "_orig_mod", model)
+    loader_attrs = (
+        "batch_size",
+        "num_workers",
+        "pin_memory",
+        "persistent_workers",
+        "prefetch_factor",
+        "drop_last",
+        "timeout",
+    )
+    group = opt.param_groups[0] if opt.param_groups else {}
+    autocast = applied.autocast()
+    return {
+        "config": applied.config.to_dict(),
+        "device": str(applied.device),
+        "loader": {k: getattr(loader, k, None) for k in loader_attrs}
+        | {"sampler": type(loader.sampler).__name__},
+        "model": {
+            "type": type(inner).__name__,
+            "compiled": inner is not model,
+            "training": inner.training,
+            "param_dtypes": sorted({str(p.dtype) for p in inner.parameters()}),
+            "param_devices": sorted({str(p.device) for p in inner.parameters()}),
+            "checkpointed_blocks": sum(
+                1 for m in inner.modules() if getattr(m, "_autotune_checkpointed", False)
+            ),
+        },
+        "optimizer": {
+            "type": type(opt).__name__,
+            **{k: group.get(k) for k in ("foreach", "fused") if k in group},
+        },
+        "autocast": str(autocast.fast_dtype) if isinstance(autocast, torch.autocast) else None,
+        "grad_scaler": applied.scaler is not None,
+        "torch": {
+            "cudnn_benchmark": torch.backends.cudnn.benchmark,
+            "float32_matmul_precision": torch.get_float32_matmul_precision(),
+            "num_threads": torch.get_num_threads(),
+            "interop_threads": torch.get_num_interop_threads(),
+        },
+    }
+
+
+def run_trial(spec: dict[str, Any]) -> dict[str, Any]:
+    """Build, warm up, measure; the payload of ``result.json``. Exceptions propagate."""
+    built = build(spec)
+    m = measure(built, spec.get("progress_path"))
+    return {**m.to_dict(), "applied": applied_settings(built.applied)}
+
+
+def measure(built: Built, progress_path: str | None = None) -> Measurement:
+    """Warm-up steps untimed, then the timed window (progress reported to ``progress_path``)."""
+    config, trial, device = built.config, built.trial, built.device
+    workload, applied, batches = built.workload, built.applied, built.batches
     startup_s = time.perf_counter() - T0
     reset_peak_memory(device)
 
@@ -136,9 +213,7 @@ def run_trial(spec: dict[str, Any]) -> Measurement:
         losses.append(applied.train_step(batches))
     warmup.stop()
 
-    progress = _Progress(
-        spec.get("progress_path") if RANK == 0 else None, warmup.window_s, config.global_batch
-    )
+    progress = _Progress(progress_path if RANK == 0 else None, warmup.window_s, config.global_batch)
     clock = StepClock(device)
     clock.start()
     for _ in range(int(trial["measured_steps"])):
@@ -251,8 +326,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if spec.get("mode") == "probe":
             payload = probe(spec)
+        elif spec.get("mode") == "profile":
+            from ._profile import profile
+
+            payload = profile(build(spec), spec)
         else:
-            payload = run_trial(spec).to_dict()
+            payload = run_trial(spec)
     except Exception as exc:  # the trial's failure is data, reported to the driver
         traceback.print_exc()
         status = OOM if is_oom(exc) else FAILED

@@ -41,6 +41,39 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--storage")
     show.add_argument("--study-name")
 
+    rep = sub.add_parser(
+        "report", help="summary, plots and bottleneck analysis of a stored study (HTML + PNG)"
+    )
+    rep.add_argument("space", help="the space file the study was run from")
+    rep.add_argument("--storage")
+    rep.add_argument("--study-name")
+    rep.add_argument(
+        "--out", help="the run folder given to `run` (report goes to OUT/STUDY/report/)"
+    )
+    rep.add_argument(
+        "--no-profile",
+        action="store_true",
+        help="do not profile baseline and best (use profiles already stored in the study)",
+    )
+    rep.add_argument(
+        "--reprofile", action="store_true", help="profile again even if profiles are stored"
+    )
+    rep.add_argument(
+        "--profile-steps", type=int, default=5, help="optimizer steps under the profiler"
+    )
+
+    exp = sub.add_parser("export", help="the best config for a trainer: yaml, json, hf, ...")
+    exp.add_argument("source", help="a best_config.yaml, or a space file (its study's best)")
+    exp.add_argument(
+        "--format",
+        "-f",
+        default="yaml",
+        help="yaml | json | hf (TrainingArguments) | lightning | env (default: yaml)",
+    )
+    exp.add_argument("--output", "-o", help="write to this file instead of stdout")
+    exp.add_argument("--storage", help="with a space file: the Optuna storage URL")
+    exp.add_argument("--study-name", help="with a space file: the study name")
+
     sub.add_parser("knobs", help="list the knobs a space can tune")
     return p
 
@@ -68,8 +101,23 @@ def _run(args: argparse.Namespace) -> int:
         reporter=reporter,
         worker_index=args.worker_index,
     )
-    if not args.no_summary:
-        print_summary(result, reporter.console)
+    if args.no_summary:
+        return 0 if result.best is not None else 2
+    print_summary(result, reporter.console)
+    if result.best is not None:
+        again = " ".join(
+            f"{flag} {value}"
+            for flag, value in (
+                ("--storage", args.storage),
+                ("--study-name", args.study_name),
+                ("--out", args.out),
+            )
+            if value
+        )
+        reporter.console.print(
+            f"next: autotune report {args.space} {again}".rstrip()
+            + f" · autotune export {result.best_config_path} --format hf"
+        )
     return 0 if result.best is not None else 2
 
 
@@ -164,29 +212,52 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    import optuna
-
     from .report import print_summary
-    from .results import TuneResult, records
     from .space import load_space
-    from .storage import open_storage
+    from .tuner import load_result
 
-    space = load_space(args.space)
-    storage = args.storage or space.study.storage
-    name = args.study_name or space.study.name
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    try:
-        study = optuna.load_study(study_name=name, storage=open_storage(storage))
-    except Exception as e:
-        raise AutotuneError(f"cannot load study {name!r} from {storage!r}: {e}") from None
-    result = TuneResult.from_trials(
-        name,
-        storage,
-        records(study),
-        environment=study.user_attrs.get("environment", {}),
-        global_batch=space.global_batch,
-    )
+    _, result = load_result(load_space(args.space), args.storage, args.study_name)
     print_summary(result)
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from .report import ConsoleReporter, print_report
+    from .reporting import make_report
+    from .space import load_space
+
+    if args.profile_steps < 1:
+        raise AutotuneError(f"--profile-steps must be at least 1 but got {args.profile_steps}")
+    reporter = ConsoleReporter()
+    report = make_report(
+        load_space(args.space),
+        storage=args.storage,
+        study_name=args.study_name,
+        out_dir=args.out,
+        profile=not args.no_profile,
+        profile_steps=args.profile_steps,
+        reprofile=args.reprofile,
+        reporter=reporter,
+    )
+    print_report(report, reporter.console)
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .export import export_config, load_best
+
+    config, evidence = load_best(args.source, storage=args.storage, study_name=args.study_name)
+    text = export_config(config, args.format, evidence=evidence)
+    if args.output:
+        try:
+            Path(args.output).write_text(text)
+        except OSError as e:
+            raise AutotuneError(f"cannot write {args.output}: {e.strerror or e}") from None
+        print(f"{args.format} config written to {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
     return 0
 
 
@@ -203,7 +274,14 @@ def _knobs(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": _run, "validate": _validate, "show": _show, "knobs": _knobs}
+COMMANDS = {
+    "run": _run,
+    "validate": _validate,
+    "show": _show,
+    "report": _report,
+    "export": _export,
+    "knobs": _knobs,
+}
 
 
 def _sigterm_as_interrupt() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -10,6 +11,9 @@ from rich.table import Table
 
 from .results import REPEAT, TrialRecord, TuneResult
 from .tuner import Reporter
+
+if TYPE_CHECKING:
+    from .reporting import Report
 
 
 def fmt_bytes(n: int | None) -> str:
@@ -162,3 +166,38 @@ def print_summary(result: TuneResult, console: Console | None = None) -> None:
         )
     if result.best_config_path:
         console.print(f"best config written to {result.best_config_path}")
+
+
+def _profile_lines(label: str, record: TrialRecord, profile: dict[str, Any]) -> list[str]:
+    from .bottleneck import advice
+
+    head = f"bottleneck of the {label} (trial #{record.number}, {record.config.short()})"
+    if profile.get("status") != "ok":
+        return [f"{head}: profile failed: {escape(str(profile.get('reason')))}"]
+    shares = " · ".join(f"{k} {v:.0%}" for k, v in profile["shares"].items())
+    busy = profile.get("device_busy")
+    lines = [f"{head}: {shares}" + (f" · GPU busy {busy:.0%}" if busy is not None else "")]
+    top = ", ".join(f"{op['name'][:40]} {op['share']:.0%}" for op in profile["top_ops"][:4])
+    lines.append(f"  top ops: {escape(top)}")
+    lines += [f"  [bold]advice:[/bold] {escape(tip)}" for tip in advice(profile)]
+    if profile.get("trace_path"):
+        lines.append(f"  trace: {profile['trace_path']}")
+    return lines
+
+
+def print_report(report: Report, console: Console | None = None) -> None:
+    """The terminal side of ``autotune report``: summary, bottlenecks, where the files are."""
+    console = console or make_console()
+    result = report.result
+    print_summary(result, console)
+    seen = set()
+    for label, record in (("baseline", result.baseline), ("recommended config", result.best)):
+        if record is None or record.number in seen or record.number not in report.profiles:
+            continue
+        seen.add(record.number)
+        for line in _profile_lines(label, record, report.profiles[record.number]):
+            console.print(line)
+    for note in report.notes:
+        console.print(f"[dim]note:[/dim] {escape(note)}")
+    plots = ", ".join(path.name for path in report.plots.values()) or "none"
+    console.print(f"report written to {report.html} (plots: {plots}; data: {report.data.name})")

@@ -211,3 +211,21 @@ def run_trial(
     if pruner is not None and result.get("status") == PRUNED:
         return pruner.measurement(result["reason"], result.get("wall_s"))
     return Measurement.from_dict(result)
+
+
+def profile_trial(space: Space, config: Config, folder: Path, steps: int) -> dict[str, Any]:
+    """Profile ``steps`` steps of ``config`` in a fresh subprocess (see :mod:`autotune._profile`).
+
+    The child builds the trial as :func:`run_trial` does, writes its summary to
+    ``folder/result.json`` and a Chrome trace to ``folder/trace.json``. Never raises for a
+    failing profile: the payload then has ``status`` and ``reason``.
+    """
+    spec = {
+        **_base_spec(space),
+        "mode": "profile",
+        "config": config.to_dict(),
+        "trial": asdict(space.trial),
+        "profile_steps": steps,
+        "trace_path": str((folder / "trace.json").resolve()),
+    }
+    return run_child(spec, folder, space.trial.timeout_s)

@@ -101,6 +101,22 @@ def wrap_ddp(model: torch.nn.Module, config: Config, device: torch.device) -> to
     )
 
 
+PHASE_PREFIX = "autotune."
+_NO_RANGE = contextlib.nullcontext()
+
+
+def phase(name: str) -> contextlib.AbstractContextManager:
+    """A ``torch.profiler`` range ``autotune.<name>`` around one part of a training step.
+
+    The ranges let the bottleneck analysis split a step into data, to_device, forward,
+    backward and optimizer. They are opened only while a profiler runs: a
+    ``record_function`` costs ~10 µs even without one, too much inside a timed step.
+    """
+    if torch.autograd._profiler_enabled():
+        return torch.profiler.record_function(PHASE_PREFIX + name)
+    return _NO_RANGE
+
+
 def to_device(batch: Any, device: torch.device, non_blocking: bool = False) -> Any:
     """Move every tensor in a (nested) batch to ``device``."""
     if isinstance(batch, torch.Tensor):
@@ -164,24 +180,29 @@ class Applied:
         accum = self.config.accumulation_steps
         total = torch.zeros((), device=self.device)
         for i in range(accum):
-            batch = to_device(next(batches), self.device)
+            with phase("data"):
+                batch = next(batches)
+            with phase("to_device"):
+                batch = to_device(batch, self.device)
             # Under DDP only the last micro-batch all-reduces gradients.
             sync = i == accum - 1 or not hasattr(self.model, "no_sync")
             with contextlib.nullcontext() if sync else self.model.no_sync():
-                with self.autocast():
+                with phase("forward"), self.autocast():
                     loss = self.loss_fn(self.model, batch)
-                scaled = loss.float() / accum
-                (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+                with phase("backward"):
+                    scaled = loss.float() / accum
+                    (self.scaler.scale(scaled) if self.scaler else scaled).backward()
             total += loss.detach().float()
-        if self.scaler is not None:
-            # get_scale() syncs with the device; only fp16 pays that, once per optimizer step.
-            before = self.scaler.get_scale()
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-            self.skipped_steps += int(self.scaler.get_scale() < before)
-        else:
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        with phase("optimizer"):
+            if self.scaler is not None:
+                # get_scale() syncs with the device; only fp16 pays that, once per step.
+                before = self.scaler.get_scale()
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+                self.skipped_steps += int(self.scaler.get_scale() < before)
+            else:
+                self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
         return total / accum
 
 
@@ -207,6 +228,16 @@ def apply(
     endless: bool = False,
 ) -> Applied:
     """Set up a plain PyTorch training loop the way ``config`` says.
+
+    This is the code every trial runs (``autotune._child`` calls it with the workload's
+    factories), so a config applied here trains as it was measured. Typical use, with a
+    ``best_config.yaml`` written by ``autotune run``::
+
+        cfg = autotune.load_config("autotune-runs/cpu/best_config.yaml")
+        run = autotune.apply(cfg, model=model, dataset=ds, loss=loss_fn, optimizer=make_opt)
+        batches = iter(run.loader)  # one epoch; make a new iterator per epoch
+        for step in range(len(run.loader) // cfg.accumulation_steps):
+            loss = run.train_step(batches)
 
     Args:
         config: a :class:`Config` or a mapping of knob values (e.g. a loaded best_config).

@@ -433,6 +433,48 @@ def _waiting_roles(study: optuna.Study) -> list[str]:
     return [t.user_attrs.get("role", SEARCH) for t in sorted(waiting, key=lambda t: t.number)]
 
 
+def load_result(
+    space: Space, storage: str | None = None, study_name: str | None = None
+) -> tuple[optuna.Study, TuneResult]:
+    """Load the stored study of ``space`` without running anything.
+
+    The memory budget is recomputed from the stored environment, so the headroom of the
+    recommended config is reported as ``autotune run`` did.
+
+    Raises:
+        StorageError: the storage cannot be opened or holds no such study.
+    """
+    storage = storage or space.study.storage
+    name = study_name or space.study.name
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if storage.startswith("sqlite:///") and not Path(storage.removeprefix("sqlite:///")).exists():
+        # load_study would create an empty database file instead.
+        raise StorageError(
+            f"storage {storage!r} does not exist (relative paths are from the current folder); "
+            "run `autotune run` first, or pass --storage"
+        )
+    try:
+        study = optuna.load_study(study_name=name, storage=open_storage(storage))
+    except StorageError:
+        raise
+    except Exception as e:  # KeyError for a missing study, SQLAlchemy errors for a bad URL
+        detail = (str(e).strip().splitlines() or [""])[0]
+        raise StorageError(
+            f"cannot load study {name!r} from {storage!r}: {type(e).__name__}: {detail}; "
+            "run `autotune run` first, or pass --storage/--study-name"
+        ) from None
+    environment = study.user_attrs.get("environment", {})
+    result = TuneResult.from_trials(
+        name,
+        storage,
+        records(study),
+        environment=environment,
+        memory_budget_bytes=space.limits.memory_bytes(environment.get("device_memory_bytes")),
+        global_batch=space.global_batch,
+    )
+    return study, result
+
+
 def tune(
     space: Space | str | Path,
     *,

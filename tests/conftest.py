@@ -53,3 +53,34 @@ TINY_SPACE = """
     budget: {n_trials: 3}
     search: {seed: 1, confirm_top: 0}
 """
+
+
+SMALL_SPACE = """
+    workload: {workloads}:tiny
+    knobs:
+      batch_size: [8, 16, 32]
+      amp_dtype: [fp32, bf16]
+    baseline: {batch_size: 16}
+    global_batch: 32
+    trial: {warmup_steps: 1, measured_steps: 4, timeout_s: 120}
+    budget: {n_trials: 4}
+    search: {seed: 1, confirm_top: 0}
+"""
+
+
+@pytest.fixture(scope="session")
+def small_study(tmp_path_factory):
+    """A real 4-trial study of the tiny workload, run once per test session.
+
+    Returns (space, storage URL, run folder, TuneResult). Tests may add to the study's
+    user attrs (profiles) but must not run more trials in it.
+    """
+    from autotune import load_space, tune
+
+    root = tmp_path_factory.mktemp("small-study")
+    path = root / "small.yaml"
+    path.write_text(textwrap.dedent(SMALL_SPACE).replace("{workloads}", str(WORKLOADS)))
+    space = load_space(path)
+    storage = f"sqlite:///{root}/autotune.db"
+    result = tune(space, storage=storage, out_dir=root / "runs")
+    return space, storage, root / "runs", result

@@ -24,7 +24,8 @@ global_batch: 64
 limits: {memory: 0.5, accuracy: {tolerance: 0.05, last_k: 3}}
 trial: {warmup_steps: 2, measured_steps: 5, timeout_s: 60, memory_cap: 2GiB}
 budget: {n_trials: 4}
-study: {name: x, storage: "sqlite:///x.db", sampler: tpe, seed: 0}
+study: {name: x, storage: "sqlite:///x.db", heartbeat_s: 5}
+search: {sampler: tpe, seed: 0, prune: true, confirm_top: 1}
 """
 
 scalars = st.one_of(
@@ -90,7 +91,7 @@ def test_random_documents(tmp_path, doc):
 
 @FUZZ
 @given(
-    section=st.sampled_from(["knobs", "baseline", "limits", "trial", "budget", "study"]),
+    section=st.sampled_from(["knobs", "baseline", "limits", "trial", "budget", "study", "search"]),
     key=keys,
     value=values,
 )

@@ -102,3 +102,45 @@ def test_sample_order_is_the_same_for_every_batch_size():
 def _take(loader, n):
     it = iter(loader)
     return [next(it) for _ in range(n)]
+
+
+def test_apply_builds_what_the_trial_measured(write_space, tmp_path):
+    """`autotune.apply` in a user's process sets up the same loader, model and optimizer as
+    the trial subprocess did (it reports them in result.json as `applied`)."""
+    import json
+
+    from workloads import tiny
+
+    from autotune import load_space
+    from autotune._child import applied_settings
+    from autotune.runner import run_trial
+
+    space = load_space(
+        write_space("workload: {workloads}:tiny\ntrial: {warmup_steps: 1, measured_steps: 2}\n")
+    )
+    config = Config(batch_size=8, accumulation_steps=2, num_workers=1, gradient_checkpointing=True)
+    assert run_trial(space, config, tmp_path / "t").ok
+    in_trial = json.loads((tmp_path / "t" / "result.json").read_text())["applied"]
+
+    def user_apply(**kwargs):
+        w = tiny()
+        torch.manual_seed(0)
+        model = w.model()
+        return apply(
+            config,
+            model=model,
+            dataset=w.dataset(),
+            loss=w.loss,
+            optimizer=w.optimizer,
+            blocks=list(w.blocks(model)),
+            device="cpu",
+            **kwargs,
+        )
+
+    assert applied_settings(user_apply(endless=True)) == in_trial
+    assert in_trial["loader"]["num_workers"] == 1 and in_trial["model"]["checkpointed_blocks"] == 2
+    # A plain epoch loop differs only in the sampler (shuffled epochs, not one stream).
+    epochs = applied_settings(user_apply())
+    assert epochs["loader"].pop("sampler") == "RandomSampler"
+    assert in_trial["loader"].pop("sampler") == "StreamSampler"
+    assert epochs == in_trial
