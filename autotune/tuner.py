@@ -17,7 +17,7 @@ from typing import Any
 import optuna
 
 from . import runner, scoring
-from .config import Config
+from .config import Config, resolve_inactive
 from .errors import StorageError, WorkloadError
 from .knobs import KNOBS, Capabilities
 from .measurement import OK, Measurement
@@ -125,17 +125,32 @@ def _sample(space: Space, trial: optuna.Trial) -> Config:
     """
     values = space.config_from({}).to_dict()
     for name in KNOBS:  # registry order: a knob's conditions look only at earlier knobs
-        choices = space.searched.get(name)
-        if choices is None:
-            continue
         knob = KNOBS[name]
+        choices = space.searched.get(name)
         if knob.requires(values) is not None:
-            values[name] = knob.default
+            values[name] = knob.default  # inactive, searched or not
+        elif choices is None:
+            continue
         elif knob.ordinal:
             values[name] = choices[trial.suggest_int(name, 0, len(choices) - 1)]
         else:
             values[name] = trial.suggest_categorical(name, choices)
     return space.config_from({name: values[name] for name in space.searched})
+
+
+def reference_config(baseline: Config) -> Config:
+    """The baseline with plain fp32 eager numerics: the accuracy guard's yardstick.
+
+    Reduced-precision matmuls and compilers are off; knobs that only apply with them
+    (compile_fullgraph...) go back to their defaults.
+    """
+    plain = {
+        "amp_dtype": "fp32",
+        "matmul_precision": "highest",
+        "compile_mode": "off",
+        "jit": "off",
+    }
+    return Config(**resolve_inactive({**baseline.to_dict(), **plain}))
 
 
 def _make_sampler(space: Space) -> optuna.samplers.BaseSampler:
@@ -322,7 +337,7 @@ class Tuner:
         stored = study.user_attrs.get("reference")
         if stored is not None:
             return [float(x) for x in stored["losses"]]
-        config = self.space.baseline.replace(amp_dtype="fp32", compile_mode="off")
+        config = reference_config(self.space.baseline)
         baseline = baseline_of(trials)
         if config == self.space.baseline and baseline is not None:
             m = baseline.measurement
