@@ -27,12 +27,14 @@ die_with_driver()
 
 import torch  # noqa: E402
 
+from .capabilities import capabilities  # noqa: E402
 from .config import Config  # noqa: E402
 from .env import environment  # noqa: E402
 from .errors import AutotuneError  # noqa: E402
+from .graph import describe_compile_failure, first_line  # noqa: E402
 from .measure import StepClock, peak_memory, reset_peak_memory, spread  # noqa: E402
 from .measurement import FAILED, NAN, OK, OOM, Measurement  # noqa: E402
-from .training import Applied, apply, resolve_device  # noqa: E402
+from .training import Applied, apply, resolve_device, set_threads  # noqa: E402
 from .workload import Workload, load_workload  # noqa: E402
 
 
@@ -51,43 +53,6 @@ def _load(spec: dict[str, Any]) -> Workload:
     return load_workload(spec["workload"], spec.get("workload_args"), base)
 
 
-def _capabilities(device: torch.device, workload: Workload) -> dict[str, Any]:
-    import shutil
-
-    def autocast_works(dtype: torch.dtype) -> bool:
-        try:
-            with torch.autocast(device.type, dtype=dtype):
-                torch.ones(2, 2, device=device) @ torch.ones(2, 2, device=device)
-            return True
-        except Exception:
-            return False
-
-    bf16 = autocast_works(torch.bfloat16)
-    if device.type == "cuda":
-        bf16 = bf16 and torch.cuda.is_bf16_supported()
-    compile_ok, compile_reason = True, ""
-    if not hasattr(torch, "compile"):
-        compile_ok, compile_reason = False, f"torch {torch.__version__} has no torch.compile"
-    elif device.type == "cpu" and not (shutil.which("g++") or shutil.which("c++")):
-        compile_ok, compile_reason = False, "no C++ compiler for inductor's CPU backend"
-    blocks = 0
-    if workload.blocks is not None:
-        torch.manual_seed(0)
-        blocks = len(list(workload.blocks(workload.model())))
-    return {
-        "device": device.type,
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "bf16": bf16,
-        "fp16": autocast_works(torch.float16),
-        "compile": compile_ok,
-        "compile_reason": compile_reason,
-        "cpu_count": os.cpu_count() or 1,
-        "workload_blocks": blocks,
-        "gpu_count": torch.cuda.device_count() if torch.cuda.is_available() else 0,
-        "distributed": torch.distributed.is_available(),
-    }
-
-
 def probe(spec: dict[str, Any]) -> dict[str, Any]:
     """Check that the workload loads and tell the driver what this machine can do."""
     device = resolve_device(spec.get("device", "auto"))
@@ -95,7 +60,7 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
     dataset = workload.dataset()
     return {
         "status": OK,
-        "capabilities": _capabilities(device, workload),
+        "capabilities": capabilities(device, workload, dataset),
         "environment": environment(device.type),
         "workload": {
             "name": workload.name,
@@ -120,6 +85,7 @@ class Built:
 def build(spec: dict[str, Any]) -> Built:
     """Seed, build the workload and apply the config: the same code path as ``autotune.apply``."""
     config = Config.from_dict(spec["config"])
+    set_threads(config)  # before the workload: the inter-op pool is sized only once
     trial = spec["trial"]
     device = _init_distributed(resolve_device(spec.get("device", "auto")))
     seed = int(trial.get("seed", 0))
@@ -313,6 +279,26 @@ class _Progress:
         _write(self.path, {**self.base, "steps": steps, "elapsed_s": elapsed_s})
 
 
+def _reason(exc: BaseException, spec: dict[str, Any]) -> str:
+    """One readable line: what failed, naming the knob when a compiler or kernel choice did."""
+    text = first_line(exc)
+    if isinstance(exc, AutotuneError):
+        return text
+    try:
+        config = Config.from_dict(spec["config"]) if "config" in spec else None
+    except AutotuneError:
+        config = None
+    if config is None:
+        return f"{type(exc).__name__}: {text}"
+    if config.sdpa_backend != "auto" and ("No available kernel" in text or "No viable" in text):
+        # torch explains why in warnings on stderr; the gist fits one line
+        return (
+            f"sdpa_backend={config.sdpa_backend}: torch has no such attention kernel for "
+            f"these inputs (dtype, head size, mask or device): {text}"
+        )
+    return describe_compile_failure(exc, config) or f"{type(exc).__name__}: {text}"
+
+
 def _write(path: Path, payload: dict[str, Any]) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(payload, indent=1))
@@ -335,9 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # the trial's failure is data, reported to the driver
         traceback.print_exc()
         status = OOM if is_oom(exc) else FAILED
-        text = str(exc) if isinstance(exc, AutotuneError) else f"{type(exc).__name__}: {exc}"
-        reason = (text.strip().splitlines() or [type(exc).__name__])[0][:500]
-        payload = Measurement(status=status, reason=reason).to_dict()
+        payload = Measurement(status=status, reason=_reason(exc, spec)[:500]).to_dict()
     payload["wall_s"] = time.perf_counter() - T0
     if RANK == 0:  # under DDP, rank 0 speaks for the trial
         _write(result_path, payload)

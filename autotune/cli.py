@@ -270,7 +270,8 @@ def _knobs(args: argparse.Namespace) -> int:
             if knob.choices
             else ("true/false" if knob.kind == "bool" else f"integer >= {knob.minimum}")
         )
-        print(f"{knob.name:24} default {knob.default!s:6} [{domain}]  {knob.help}")
+        default = str(knob.default).lower() if knob.kind == "bool" else str(knob.default)
+        print(f"{knob.name:24} default {default:8} [{domain}]  {knob.help}")
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,13 +23,28 @@ class Config:
     accumulation_steps: int = KNOBS["accumulation_steps"].default
     amp_dtype: str = KNOBS["amp_dtype"].default
     num_workers: int = KNOBS["num_workers"].default
+    pin_memory: bool = KNOBS["pin_memory"].default
+    persistent_workers: bool = KNOBS["persistent_workers"].default
+    prefetch_factor: int = KNOBS["prefetch_factor"].default
+    non_blocking: bool = KNOBS["non_blocking"].default
     cudnn_benchmark: bool = KNOBS["cudnn_benchmark"].default
+    matmul_precision: str = KNOBS["matmul_precision"].default
+    channels_last: bool = KNOBS["channels_last"].default
+    sdpa_backend: str = KNOBS["sdpa_backend"].default
     compile_mode: str = KNOBS["compile_mode"].default
+    compile_dynamic: str = KNOBS["compile_dynamic"].default
+    compile_fullgraph: bool = KNOBS["compile_fullgraph"].default
     gradient_checkpointing: bool = KNOBS["gradient_checkpointing"].default
     world_size: int = KNOBS["world_size"].default
     ddp_bucket_cap_mb: int = KNOBS["ddp_bucket_cap_mb"].default
     ddp_gradient_as_bucket_view: bool = KNOBS["ddp_gradient_as_bucket_view"].default
     ddp_static_graph: bool = KNOBS["ddp_static_graph"].default
+    checkpoint_every: int = KNOBS["checkpoint_every"].default
+    jit: str = KNOBS["jit"].default
+    optimizer_impl: str = KNOBS["optimizer_impl"].default
+    zero_grad_set_to_none: bool = KNOBS["zero_grad_set_to_none"].default
+    num_threads: int = KNOBS["num_threads"].default
+    interop_threads: int = KNOBS["interop_threads"].default
 
     def __post_init__(self) -> None:
         for name in KNOBS:
@@ -41,7 +57,8 @@ class Config:
             if values[name] != knob.default:
                 reason = knob.requires(values)
                 if reason:
-                    raise AutotuneError(f"config: {name}={values[name]} {reason}")
+                    shown = _yaml(values[name])
+                    raise AutotuneError(f"config: {name}={shown} {reason}")
 
     @property
     def global_batch(self) -> int:
@@ -67,13 +84,19 @@ class Config:
         return ",".join(f"{k}={v}" for k, v in sorted(self.to_dict().items()))
 
     def short(self) -> str:
-        """A compact human form: the micro-batch, then every knob that is not at its default."""
+        """A compact human form: the micro-batch, then every knob that is not at its default.
+
+        A flag reads as its short name when on and ``no_<name>`` when off.
+        """
         parts = [f"bs={self.batch_size}"]
         for name, value in self.to_dict().items():
             if name == "batch_size" or value == KNOBS[name].default:
                 continue
             short = _SHORT.get(name, name)
-            parts.append(short if value is True else f"{short}={value}")
+            if isinstance(value, bool):
+                parts.append(short if value else f"no_{short}")
+            else:
+                parts.append(f"{short}={value}")
         return " ".join(parts)
 
 
@@ -81,14 +104,46 @@ _SHORT = {
     "accumulation_steps": "acc",
     "amp_dtype": "amp",
     "num_workers": "workers",
-    "compile_mode": "compile",
-    "gradient_checkpointing": "ckpt",
+    "pin_memory": "pin",
+    "persistent_workers": "persist",
+    "prefetch_factor": "prefetch",
+    "non_blocking": "nonblock",
     "cudnn_benchmark": "cudnn_bench",
     "world_size": "ddp",
     "ddp_bucket_cap_mb": "bucket_mb",
     "ddp_gradient_as_bucket_view": "grad_view",
     "ddp_static_graph": "static_graph",
+    "matmul_precision": "matmul",
+    "channels_last": "nhwc",
+    "sdpa_backend": "sdpa",
+    "compile_mode": "compile",
+    "compile_dynamic": "dynamic",
+    "compile_fullgraph": "fullgraph",
+    "gradient_checkpointing": "ckpt",
+    "checkpoint_every": "ckpt_every",
+    "optimizer_impl": "opt",
+    "zero_grad_set_to_none": "set_to_none",
+    "num_threads": "threads",
+    "interop_threads": "interop",
 }
+
+
+def _yaml(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def resolve_inactive(values: Mapping[str, Any], keep: Collection[str] = ()) -> dict[str, Any]:
+    """``values`` (every knob) with each inactive knob back at its default.
+
+    A knob is inactive when its ``requires`` names a reason given the knobs before it
+    (prefetch_factor without workers...). Knobs in ``keep`` are left as they are, so that
+    :class:`Config` rejects them if they conflict: they were asked for explicitly.
+    """
+    out = dict(values)
+    for name, knob in KNOBS.items():  # registry order: conditions look only at earlier knobs
+        if name not in keep and out[name] != knob.default and knob.requires(out) is not None:
+            out[name] = knob.default
+    return out
 
 
 def load_config(path: str) -> Config:

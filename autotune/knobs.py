@@ -5,12 +5,18 @@ How a knob is *applied* lives in :mod:`autotune.training`; this module only know
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import itertools
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 AMP_DTYPES = ("fp32", "bf16", "fp16")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+COMPILE_DYNAMIC = ("auto", "true", "false")
+MATMUL_PRECISIONS = ("highest", "high", "medium")
+SDPA_BACKENDS = ("auto", "math", "efficient", "flash", "cudnn")
+OPTIMIZER_IMPLS = ("default", "foreach", "fused", "for-loop")
+JIT_MODES = ("off", "script", "trace")
 
 
 @dataclass(frozen=True)
@@ -27,10 +33,17 @@ class Capabilities:
     workload_blocks: int = 0  # how many checkpointable blocks the workload exposes
     gpu_count: int = 0  # CUDA devices visible to a trial
     distributed: bool = True  # torch.distributed with a backend for this device
+    conv2d: bool = False  # the workload's forward runs 2-d convolutions
+    attention: bool = False  # ... calls scaled_dot_product_attention
+    sdpa_backends: tuple[str, ...] = ()  # explicit SDPA backends torch can run here
+    matmul_precisions: tuple[str, ...] = ("highest",)  # those that change fp32 matmuls here
+    optimizer: str = ""  # class name of the workload's optimizer
+    optimizer_impls: tuple[str, ...] = ()  # optimizer_impl values it can be rebuilt with
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Capabilities:
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+        values = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
 
 
 @dataclass(frozen=True)
@@ -74,7 +87,9 @@ class Knob:
             if value < self.minimum:
                 raise ValueError(f"must be an integer >= {self.minimum} but got {value}")
             return value
-        # YAML 1.1 reads a bare `off` as False; accept it as the "off" choice.
+        # YAML 1.1 reads bare `true`/`false`/`off` as booleans; accept them as those choices.
+        if isinstance(value, bool) and _show(value) in self.choices:
+            return _show(value)
         if value is False and "off" in self.choices:
             return "off"
         if value not in self.choices:
@@ -86,6 +101,48 @@ class Knob:
     def ordinal(self) -> bool:
         """Whether the values have an order the sampler should exploit (ints do)."""
         return self.kind == "int"
+
+    def blocker(self, options: Mapping[str, Sequence[Any]]) -> str | None:
+        """Why no choice among ``options`` (knob -> candidate values, every knob) lets this
+        knob take a non-default value; ``None`` when some choice does.
+
+        Only the knobs :attr:`requires` reads are enumerated, so this is exact and cheap.
+        """
+        any_choice = {k: v[0] for k, v in options.items()}
+        deps: list[str] = []
+        first: str | None = None
+        while True:
+            for combo in itertools.product(*(options[d] for d in deps)):
+                values = _Reads({**any_choice, **dict(zip(deps, combo, strict=True))})
+                reason = self.requires(values)
+                if reason is None:
+                    return None
+                first = first or reason
+                new = [k for k in values.read if k not in deps]
+                if new:  # another branch of the condition: enumerate that knob too
+                    deps += new
+                    break
+            else:
+                return first
+
+
+class _Reads(Mapping[str, Any]):
+    """A mapping that records which keys were read (to find what a condition depends on)."""
+
+    def __init__(self, values: dict[str, Any]) -> None:
+        self._values = values
+        self.read: list[str] = []
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self.read:
+            self.read.append(key)
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
 
 
 def _amp_unsupported(caps: Capabilities, value: str) -> str | None:
@@ -118,6 +175,12 @@ def _checkpoint_unsupported(caps: Capabilities, value: bool) -> str | None:
     return None
 
 
+def _checkpoint_every_unsupported(caps: Capabilities, value: int) -> str | None:
+    if caps.workload_blocks and value > caps.workload_blocks:
+        return f"the workload exposes only {caps.workload_blocks} blocks"
+    return None
+
+
 def _workers_unsupported(caps: Capabilities, value: int) -> str | None:
     if value > caps.cpu_count:
         return f"more DataLoader workers than the {caps.cpu_count} CPUs of this machine"
@@ -136,10 +199,66 @@ def _world_size_unsupported(caps: Capabilities, value: int) -> str | None:
     return None
 
 
-def _needs_ddp(values: Mapping[str, Any]) -> str | None:
-    if values.get("world_size", 1) > 1:
+def _threads_unsupported(caps: Capabilities, value: int) -> str | None:
+    if value > caps.cpu_count:
+        return f"more threads than the {caps.cpu_count} CPUs of this machine"
+    return None
+
+
+def _matmul_unsupported(caps: Capabilities, value: str) -> str | None:
+    if value != "highest" and value not in caps.matmul_precisions:
+        where = caps.device_name or caps.device
+        return f"changes no fp32 matmul on {where} (no TF32/bf16 matmul units used)"
+    return None
+
+
+def _channels_last_unsupported(caps: Capabilities, value: bool) -> str | None:
+    if value and not caps.conv2d:
+        return "the workload runs no 2-d convolutions"
+    return None
+
+
+def _sdpa_unsupported(caps: Capabilities, value: str) -> str | None:
+    if value == "auto":
         return None
-    return f"needs world_size > 1 (world_size is {values.get('world_size', 1)})"
+    if not caps.attention:
+        return "the workload calls no scaled_dot_product_attention"
+    if value not in caps.sdpa_backends:
+        return f"torch has no {value} attention kernel for {caps.device_name or caps.device}"
+    return None
+
+
+def _optimizer_impl_unsupported(caps: Capabilities, value: str) -> str | None:
+    if value != "default" and value not in caps.optimizer_impls:
+        optimizer = caps.optimizer or "the workload's optimizer"
+        return f"{optimizer} has no {value} implementation here"
+    return None
+
+
+def _show(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _needs(knob: str, ok: Callable[[Any], bool], wanted: str) -> Callable[..., str | None]:
+    """A ``requires`` condition on one earlier knob, e.g. ``needs num_workers > 0``."""
+
+    def requires(values: Mapping[str, Any]) -> str | None:
+        if ok(values[knob]):
+            return None
+        return f"needs {knob} {wanted} ({knob} is {_show(values[knob])})"
+
+    return requires
+
+
+def _all(*conditions: Callable[..., str | None]) -> Callable[..., str | None]:
+    def requires(values: Mapping[str, Any]) -> str | None:
+        return next((r for c in conditions if (r := c(values)) is not None), None)
+
+    return requires
+
+
+_with_workers = _needs("num_workers", lambda v: v > 0, "> 0")
+_with_compile = _needs("compile_mode", lambda v: v != "off", "other than off")
 
 
 KNOBS: dict[str, Knob] = {
@@ -176,11 +295,68 @@ KNOBS: dict[str, Knob] = {
             unsupported=_workers_unsupported,
         ),
         Knob(
+            "pin_memory",
+            "bool",
+            False,
+            "DataLoader returns page-locked batches: faster, async host-to-GPU copies (CUDA)",
+            unsupported=_cuda_only,
+        ),
+        Knob(
+            "persistent_workers",
+            "bool",
+            False,
+            "keep DataLoader workers across epochs (needs num_workers > 0); saves the "
+            "re-spawn at each epoch, which a trial (one endless epoch) cannot see",
+            requires=_with_workers,
+        ),
+        Knob(
+            "prefetch_factor",
+            "int",
+            2,
+            "batches each worker loads ahead (needs num_workers > 0); more smooths stalls, "
+            "costs memory",
+            minimum=1,
+            requires=_with_workers,
+        ),
+        Knob(
+            "non_blocking",
+            "bool",
+            False,
+            "copy batches to the GPU asynchronously (pays off with pin_memory; CUDA)",
+            unsupported=_cuda_only,
+        ),
+        Knob(
             "cudnn_benchmark",
             "bool",
             False,
             "let cuDNN time its convolution algorithms; faster for fixed input shapes",
             unsupported=_cuda_only,
+        ),
+        Knob(
+            "matmul_precision",
+            "choice",
+            "highest",
+            "torch.set_float32_matmul_precision: high = TF32 on CUDA, medium may use bf16; "
+            "faster fp32 matmuls for fewer mantissa bits",
+            choices=MATMUL_PRECISIONS,
+            unsupported=_matmul_unsupported,
+        ),
+        Knob(
+            "channels_last",
+            "bool",
+            False,
+            "NHWC memory format for the model and 4-d inputs; faster convolutions on tensor "
+            "cores and oneDNN (conv workloads only)",
+            unsupported=_channels_last_unsupported,
+        ),
+        Knob(
+            "sdpa_backend",
+            "choice",
+            "auto",
+            "scaled_dot_product_attention kernel: auto lets torch choose; math is the "
+            "reference; flash/efficient/cudnn are fused kernels (attention workloads only)",
+            choices=SDPA_BACKENDS,
+            unsupported=_sdpa_unsupported,
         ),
         Knob(
             "compile_mode",
@@ -189,6 +365,23 @@ KNOBS: dict[str, Knob] = {
             "torch.compile mode; faster steps for a one-off compile time",
             choices=COMPILE_MODES,
             unsupported=_compile_unsupported,
+        ),
+        Knob(
+            "compile_dynamic",
+            "choice",
+            "auto",
+            "torch.compile dynamic shapes (needs compile_mode): true compiles once for all "
+            "shapes, false specialises (faster kernels, recompiles), auto = after a change",
+            choices=COMPILE_DYNAMIC,
+            requires=_with_compile,
+        ),
+        Knob(
+            "compile_fullgraph",
+            "bool",
+            False,
+            "torch.compile fullgraph (needs compile_mode): one graph or fail; a graph break "
+            "becomes a recorded failure instead of a slow fallback",
+            requires=_with_compile,
         ),
         Knob(
             "gradient_checkpointing",
@@ -211,21 +404,76 @@ KNOBS: dict[str, Knob] = {
             25,
             "DDP gradient bucket size; bigger buckets mean fewer, larger all-reduces",
             minimum=1,
-            requires=_needs_ddp,
+            requires=_needs("world_size", lambda v: v > 1, "> 1"),
         ),
         Knob(
             "ddp_gradient_as_bucket_view",
             "bool",
             False,
             "gradients alias DDP's buckets: saves a copy and the memory of one gradient",
-            requires=_needs_ddp,
+            requires=_needs("world_size", lambda v: v > 1, "> 1"),
         ),
         Knob(
             "ddp_static_graph",
             "bool",
             False,
             "promise DDP the graph never changes: enables its static-graph optimisations",
-            requires=_needs_ddp,
+            requires=_needs("world_size", lambda v: v > 1, "> 1"),
+        ),
+        Knob(
+            "checkpoint_every",
+            "int",
+            1,
+            "checkpoint every k-th block (needs gradient_checkpointing); larger k recomputes "
+            "less and keeps more activations",
+            minimum=1,
+            unsupported=_checkpoint_every_unsupported,
+            requires=_needs("gradient_checkpointing", bool, "true"),
+        ),
+        Knob(
+            "jit",
+            "choice",
+            "off",
+            "TorchScript instead of torch.compile (needs compile_mode off and no "
+            "checkpointing): script compiles the code, trace records the first batch",
+            choices=JIT_MODES,
+            requires=_all(
+                _needs("compile_mode", lambda v: v == "off", "off"),
+                _needs("gradient_checkpointing", lambda v: not v, "false"),
+            ),
+        ),
+        Knob(
+            "optimizer_impl",
+            "choice",
+            "default",
+            "the optimizer's implementation: foreach batches parameters into few kernels, "
+            "fused runs one kernel per step, for-loop is one parameter at a time",
+            choices=OPTIMIZER_IMPLS,
+            unsupported=_optimizer_impl_unsupported,
+        ),
+        Knob(
+            "zero_grad_set_to_none",
+            "bool",
+            True,
+            "zero_grad frees gradients (true) instead of filling them with zeros; less memory "
+            "traffic",
+        ),
+        Knob(
+            "num_threads",
+            "int",
+            0,
+            "torch.set_num_threads for CPU ops, 0 = torch's default; fewer leaves cores to "
+            "DataLoader workers",
+            minimum=0,
+            unsupported=_threads_unsupported,
+        ),
+        Knob(
+            "interop_threads",
+            "int",
+            0,
+            "torch.set_num_interop_threads (inter-op pool, set once per process), 0 = default",
+            minimum=0,
+            unsupported=_threads_unsupported,
         ),
     )
 }

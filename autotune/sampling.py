@@ -37,12 +37,12 @@ def sample(space: Space, trial: optuna.Trial) -> Config:
     """
     values = space.config_from({}).to_dict()
     for name in KNOBS:  # registry order: a knob's conditions look only at earlier knobs
-        choices = space.searched.get(name)
-        if choices is None:
-            continue
         knob = KNOBS[name]
+        choices = space.searched.get(name)
         if knob.requires(values) is not None:
-            values[name] = knob.default
+            values[name] = knob.default  # inactive, searched or not
+        elif choices is None:
+            continue
         elif knob.ordinal:
             values[name] = choices[trial.suggest_int(name, 0, len(choices) - 1)]
         else:

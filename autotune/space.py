@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from .config import Config
+from .config import Config, resolve_inactive
 from .errors import AutotuneError, SpaceError
 from .knobs import KNOBS, Capabilities
 
@@ -207,13 +207,24 @@ class Space:
         return {k: v for k, v in self.knobs.items() if len(v) > 1}
 
     def config_from(self, values: Mapping[str, Any]) -> Config:
-        """A full config: ``values`` over the fixed knobs over the baseline."""
+        """A full config: ``values`` over the fixed knobs over the baseline.
+
+        A fixed or baseline knob that is inactive given ``values`` (prefetch_factor when
+        ``values`` turns the workers off) goes back to its default; ``values`` themselves
+        must be a valid combination.
+        """
         fixed = {k: v[0] for k, v in self.knobs.items() if len(v) == 1}
-        config = self.baseline.replace(**{**fixed, **values})
+        merged = {**self.baseline.to_dict(), **fixed, **values}
         if self.global_batch is not None:
-            per_step = config.batch_size * config.world_size
-            config = config.replace(accumulation_steps=self.global_batch // per_step)
-        return config
+            per_step = merged["batch_size"] * merged["world_size"]
+            merged["accumulation_steps"] = self.global_batch // per_step
+        return Config(**resolve_inactive(merged, keep=values))
+
+    def options(self) -> dict[str, tuple[Any, ...]]:
+        """Every knob's candidate values: the listed ones, else the baseline's."""
+        return {
+            name: self.knobs.get(name, (value,)) for name, value in self.baseline.to_dict().items()
+        }
 
     def fingerprint(self) -> str:
         """A hash of what makes measurements comparable (not the budget or storage)."""
@@ -232,29 +243,47 @@ class Space:
     def restrict(self, caps: Capabilities) -> tuple[Space, list[str]]:
         """Drop the values that cannot run with ``caps``; return the new space and notes."""
         notes: list[str] = []
-        knobs: dict[str, tuple[Any, ...]] = {}
-        for name, values in self.knobs.items():
-            knob = KNOBS[name]
-            kept = []
-            for value in values:
-                reason = knob.unsupported(caps, value)
-                if reason is None:
-                    kept.append(value)
-                elif len(values) > 1:
-                    notes.append(f"{name}={value} dropped: {reason}")
-            if not kept:
-                kept = [knob.default]
-                notes.append(f"{name} fixed to {knob.default!r}: {reason}")
-            knobs[name] = tuple(kept)
-        baseline = {}
-        for name, value in self.baseline.to_dict().items():
-            reason = KNOBS[name].unsupported(caps, value)
-            if reason is not None:
-                baseline[name] = KNOBS[name].default
-                notes.append(
-                    f"baseline {name}={value} replaced by {KNOBS[name].default!r}: {reason}"
-                )
-        return replace(self, knobs=knobs, baseline=self.baseline.replace(**baseline)), notes
+        knobs = {name: _supported(name, values, caps, notes) for name, values in self.knobs.items()}
+        space = replace(self, knobs=knobs, baseline=_supported_baseline(self.baseline, caps, notes))
+        # A knob whose condition no remaining value of another knob meets cannot be searched.
+        while never := _never_apply(space):  # fixing one may strand a later one
+            for name, reason in never.items():
+                notes.append(f"{name} fixed to {KNOBS[name].default!r}: {reason}")
+            fixed = {name: (KNOBS[name].default,) for name in never}
+            space = replace(space, knobs={**space.knobs, **fixed})
+        return space, notes
+
+
+def _supported(name: str, values: tuple[Any, ...], caps: Capabilities, notes: list[str]):
+    """The values of knob ``name`` that can run with ``caps``; notes what was dropped."""
+    knob = KNOBS[name]
+    kept = []
+    for value in values:
+        reason = knob.unsupported(caps, value)
+        if reason is None:
+            kept.append(value)
+        elif len(values) > 1:
+            notes.append(f"{name}={value} dropped: {reason}")
+    if not kept:
+        kept = [knob.default]
+        notes.append(f"{name} fixed to {knob.default!r}: {reason}")
+    return tuple(kept)
+
+
+def _supported_baseline(baseline: Config, caps: Capabilities, notes: list[str]) -> Config:
+    """The baseline with values that cannot run here, or no longer apply, at the defaults."""
+    values = baseline.to_dict()
+    for name, value in baseline.to_dict().items():
+        reason = KNOBS[name].unsupported(caps, value)
+        if reason is not None:
+            values[name] = KNOBS[name].default
+            notes.append(f"baseline {name}={value} replaced by {KNOBS[name].default!r}: {reason}")
+    resolved = resolve_inactive(values)
+    for name, value in values.items():
+        if resolved[name] != value:
+            reason = KNOBS[name].requires(resolved)
+            notes.append(f"baseline {name}={value} replaced by {resolved[name]!r}: {reason}")
+    return Config(**resolved)
 
 
 _TOP_KEYS = {
@@ -583,10 +612,15 @@ def parse_space(data: Any, *, source: str = "<space>", base_dir: Path = Path("."
     if problems:
         raise SpaceError([f"{source}: {p}" for p in problems])
 
+    fixed = {k: v[0] for k, v in knobs.items() if len(v) == 1}
     try:
-        baseline = Config(
-            **{**{k: v[0] for k, v in knobs.items() if len(v) == 1}, **baseline_values}
+        # A fixed knob that is inactive in the baseline (prefetch_factor while num_workers
+        # is searched from 0) waits for the trials that activate it; explicit baseline
+        # values must be a valid combination.
+        values = resolve_inactive(
+            {**Config().to_dict(), **fixed, **baseline_values}, keep=baseline_values
         )
+        baseline = Config(**values)
     except AutotuneError as e:  # an invalid combination of fixed/baseline knobs
         raise SpaceError(f"{source}: baseline: {str(e).removeprefix('config: ')}") from None
     notes: list[str] = []
@@ -597,12 +631,14 @@ def parse_space(data: Any, *, source: str = "<space>", base_dir: Path = Path("."
         baseline = baseline.replace(
             accumulation_steps=global_batch // (baseline.batch_size * baseline.world_size)
         )
-    # The user's current setting is always a candidate, so the baseline lies in the space.
-    for name, value in baseline.to_dict().items():
-        if name in knobs and value not in knobs[name]:
+    # The user's current setting is always a candidate, so the baseline lies in the space
+    # (unless the knob is inactive there: then its value is no setting of the user's).
+    current = baseline.to_dict()
+    for name, value in current.items():
+        if name in knobs and value not in knobs[name] and KNOBS[name].requires(current) is None:
             merged = [*knobs[name], value]
             knobs[name] = tuple(sorted(merged)) if KNOBS[name].ordinal else tuple(merged)
-    return Space(
+    space = Space(
         workload=workload,
         knobs=knobs,
         baseline=baseline,
@@ -619,6 +655,34 @@ def parse_space(data: Any, *, source: str = "<space>", base_dir: Path = Path("."
         global_batch=global_batch,
         notes=tuple(notes),
     )
+    never = _never_apply(space)
+    if never:  # an invalid combination: these values would never run
+        raise SpaceError(
+            [
+                f"{source}: knobs.{name}: {_values(space.knobs[name], name)} can never apply: "
+                f"{reason}"
+                for name, reason in never.items()
+            ]
+        )
+    return space
+
+
+def _never_apply(space: Space) -> dict[str, str]:
+    """Listed knobs none of whose non-default values any choice of the other knobs allows,
+    with the reason (which names the other knob)."""
+    options = space.options()
+    out = {}
+    for name, values in space.knobs.items():
+        if any(v != KNOBS[name].default for v in values):
+            reason = KNOBS[name].blocker(options)
+            if reason is not None:
+                out[name] = reason
+    return out
+
+
+def _values(values: tuple[Any, ...], name: str) -> str:
+    shown = [str(v).lower() if isinstance(v, bool) else str(v) for v in values]
+    return ", ".join(s for s, v in zip(shown, values, strict=True) if v != KNOBS[name].default)
 
 
 def load_space(path: str | Path) -> Space:

@@ -7,6 +7,7 @@ This is the one code path both for trials and for users adopting a found config
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from .config import Config
+from .graph import compile_model, first_line
 
 _AMP = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -59,7 +61,7 @@ def make_loader(
     collate_fn: Callable | None = None,
     endless: bool = False,
 ) -> DataLoader:
-    """The DataLoader that ``config`` asks for (batch size, workers).
+    """The DataLoader that ``config`` asks for (batch size, workers, pinning, prefetch).
 
     ``endless=True`` (trials) streams seeded permutations without epoch restarts;
     otherwise a normal shuffled, epoch-based loader with a seeded generator.
@@ -69,7 +71,12 @@ def make_loader(
         num_workers=config.num_workers,
         collate_fn=collate_fn,
         drop_last=True,
+        pin_memory=config.pin_memory,
     )
+    if config.num_workers > 0:  # DataLoader rejects these without workers
+        kwargs.update(
+            persistent_workers=config.persistent_workers, prefetch_factor=config.prefetch_factor
+        )
     if endless:
         rank, world = _rank_and_world()
         return DataLoader(dataset, sampler=StreamSampler(len(dataset), seed, rank, world), **kwargs)
@@ -117,14 +124,21 @@ def phase(name: str) -> contextlib.AbstractContextManager:
     return _NO_RANGE
 
 
-def to_device(batch: Any, device: torch.device, non_blocking: bool = False) -> Any:
-    """Move every tensor in a (nested) batch to ``device``."""
+def to_device(
+    batch: Any, device: torch.device, non_blocking: bool = False, channels_last: bool = False
+) -> Any:
+    """Move every tensor in a (nested) batch to ``device``.
+
+    ``channels_last`` also puts 4-d floating-point tensors (images) in NHWC layout.
+    """
     if isinstance(batch, torch.Tensor):
+        if channels_last and batch.dim() == 4 and batch.is_floating_point():
+            return batch.to(device, non_blocking=non_blocking, memory_format=torch.channels_last)
         return batch.to(device, non_blocking=non_blocking)
     if isinstance(batch, dict):
-        return {k: to_device(v, device, non_blocking) for k, v in batch.items()}
+        return {k: to_device(v, device, non_blocking, channels_last) for k, v in batch.items()}
     if isinstance(batch, (list, tuple)):
-        moved = [to_device(v, device, non_blocking) for v in batch]
+        moved = [to_device(v, device, non_blocking, channels_last) for v in batch]
         return type(batch)(*moved) if hasattr(batch, "_fields") else type(batch)(moved)
     return batch
 
@@ -172,6 +186,20 @@ class Applied:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=_AMP[self.config.amp_dtype])
 
+    def forward_context(self) -> contextlib.ExitStack:
+        """What the forward and loss run under: autocast and the SDPA backend."""
+        stack = contextlib.ExitStack()
+        stack.enter_context(self.autocast())
+        if self.config.sdpa_backend != "auto":
+            from torch.nn.attention import sdpa_kernel
+
+            stack.enter_context(sdpa_kernel([sdpa_backend(self.config.sdpa_backend)]))
+        return stack
+
+    def to_device(self, batch: Any) -> Any:
+        """``batch`` on the device, copied and laid out as the config says."""
+        return to_device(batch, self.device, self.config.non_blocking, self.config.channels_last)
+
     def train_step(self, batches: Iterator[Any]) -> torch.Tensor:
         """One optimizer step over ``accumulation_steps`` micro-batches from ``batches``.
 
@@ -183,11 +211,11 @@ class Applied:
             with phase("data"):
                 batch = next(batches)
             with phase("to_device"):
-                batch = to_device(batch, self.device)
+                batch = self.to_device(batch)
             # Under DDP only the last micro-batch all-reduces gradients.
             sync = i == accum - 1 or not hasattr(self.model, "no_sync")
             with contextlib.nullcontext() if sync else self.model.no_sync():
-                with phase("forward"), self.autocast():
+                with phase("forward"), self.forward_context():
                     loss = self.loss_fn(self.model, batch)
                 with phase("backward"):
                     scaled = loss.float() / accum
@@ -202,7 +230,7 @@ class Applied:
                 self.skipped_steps += int(self.scaler.get_scale() < before)
             else:
                 self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
+            self.optimizer.zero_grad(set_to_none=self.config.zero_grad_set_to_none)
         return total / accum
 
 
@@ -212,6 +240,73 @@ def _build_optimizer(optimizer: Any, model: torch.nn.Module) -> torch.optim.Opti
     if optimizer is None:
         return torch.optim.AdamW(model.parameters(), lr=1e-3)
     return optimizer(model.parameters())
+
+
+_IMPL_FLAGS = {
+    "foreach": {"foreach": True, "fused": False},
+    "fused": {"fused": True, "foreach": False},
+    "for-loop": {"foreach": False, "fused": False},
+}
+
+
+def rebuild_optimizer(opt: torch.optim.Optimizer, impl: str) -> torch.optim.Optimizer:
+    """The same optimizer (class, parameter groups, hyper-parameters) with implementation
+    ``impl`` (``default`` returns ``opt`` itself).
+
+    Raises:
+        ValueError: the class takes no ``foreach``/``fused`` argument for ``impl``, the
+            optimizer already has state, or torch rejects the implementation here.
+    """
+    if impl == "default":
+        return opt
+    cls = type(opt)
+    accepted = inspect.signature(cls.__init__).parameters
+    flags = {k: v for k, v in _IMPL_FLAGS[impl].items() if k in accepted}
+    missing = [k for k, v in _IMPL_FLAGS[impl].items() if v and k not in accepted]
+    if missing or not flags:
+        arg = missing[0] if missing else "foreach or fused"
+        raise ValueError(f"optimizer_impl={impl}: {cls.__name__} takes no {arg} argument")
+    if opt.state:
+        raise ValueError(f"optimizer_impl={impl}: the {cls.__name__} already has state")
+    defaults = {k: v for k, v in opt.defaults.items() if k in accepted}
+    groups = [{**group, **flags} for group in opt.param_groups]
+    try:
+        return cls(groups, **{**defaults, **flags})
+    except (RuntimeError, ValueError, TypeError) as e:
+        raise ValueError(f"optimizer_impl={impl}: {cls.__name__} rejects it here: {e}") from e
+
+
+def sdpa_backend(name: str) -> Any:
+    """The ``torch.nn.attention.SDPBackend`` of an ``sdpa_backend`` value other than auto."""
+    from torch.nn.attention import SDPBackend
+
+    return {
+        "math": SDPBackend.MATH,
+        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "flash": SDPBackend.FLASH_ATTENTION,
+        "cudnn": SDPBackend.CUDNN_ATTENTION,
+    }[name]
+
+
+def set_threads(config: Config) -> None:
+    """Apply ``num_threads`` and ``interop_threads`` (0 leaves torch's default).
+
+    The inter-op pool can be sized only once, before any parallel work: call this first.
+
+    Raises:
+        ValueError: ``interop_threads`` cannot be changed any more in this process.
+    """
+    if config.num_threads:
+        torch.set_num_threads(config.num_threads)
+    n = config.interop_threads
+    if n and torch.get_num_interop_threads() != n:
+        try:
+            torch.set_num_interop_threads(n)
+        except RuntimeError as e:
+            raise ValueError(
+                f"interop_threads={n}: torch allows setting it only once, before any "
+                f"parallel work in the process ({first_line(e)})"
+            ) from e
 
 
 def apply(
@@ -245,7 +340,8 @@ def apply(
         dataset: a map-style dataset.
         loss: ``loss(model, batch) -> scalar tensor``.
         optimizer: an optimizer, or a factory ``optimizer(params)``; AdamW(lr=1e-3) if omitted.
-        blocks: modules to checkpoint when ``config.gradient_checkpointing`` is on.
+        blocks: modules to checkpoint when ``config.gradient_checkpointing`` is on (every
+            ``checkpoint_every``-th one, starting with the first).
         collate_fn: passed to the DataLoader.
         device: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:1"``...
         seed: seed of the data order.
@@ -256,25 +352,29 @@ def apply(
         or use its ``model``, ``loader``, ``autocast()`` and ``scaler`` directly.
 
     Note:
-        ``cudnn_benchmark`` sets the process-wide ``torch.backends.cudnn.benchmark`` flag.
+        Process-wide settings: ``cudnn_benchmark`` (``torch.backends.cudnn.benchmark``),
+        ``matmul_precision`` (``torch.set_float32_matmul_precision``), ``num_threads`` and
+        ``interop_threads`` (the latter only once per process, before parallel work).
     """
     if not isinstance(config, Config):
         config = Config.from_dict(dict(config))
+    set_threads(config)
     device = resolve_device(device) if isinstance(device, str) else device
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = config.cudnn_benchmark
+    torch.set_float32_matmul_precision(config.matmul_precision)
     model = model.to(device)
+    if config.channels_last:
+        model = model.to(memory_format=torch.channels_last)
     model.train()
     if config.gradient_checkpointing:
         if not blocks:
             raise ValueError("gradient_checkpointing needs the model's blocks (blocks=...)")
-        checkpoint_blocks(blocks)
-    opt = _build_optimizer(optimizer, model)
+        checkpoint_blocks(list(blocks)[:: config.checkpoint_every])
+    opt = rebuild_optimizer(_build_optimizer(optimizer, model), config.optimizer_impl)
     if config.world_size > 1:
         model = wrap_ddp(model, config, device)
-    if config.compile_mode != "off":
-        mode = None if config.compile_mode == "default" else config.compile_mode
-        model = torch.compile(model, mode=mode)
+    model = compile_model(model, config)
     scaler = torch.amp.GradScaler(device.type) if config.amp_dtype == "fp16" else None
     loader = make_loader(dataset, config, seed=seed, collate_fn=collate_fn, endless=endless)
     return Applied(config, device, model, opt, loader, loss, scaler)

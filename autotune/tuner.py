@@ -18,7 +18,7 @@ import optuna
 
 from . import runner, scoring
 from ._heartbeat import Heartbeat, fail_stale_trials
-from .config import Config
+from .config import Config, resolve_inactive
 from .errors import StorageError, WorkloadError
 from .knobs import Capabilities
 from .measurement import Measurement
@@ -57,6 +57,21 @@ class Reporter:
         total: int | None,
     ) -> None:
         pass
+
+
+def reference_config(baseline: Config) -> Config:
+    """The baseline with plain fp32 eager numerics: the accuracy guard's yardstick.
+
+    Reduced-precision matmuls and compilers are off; knobs that only apply with them
+    (compile_fullgraph...) go back to their defaults.
+    """
+    plain = {
+        "amp_dtype": "fp32",
+        "matmul_precision": "highest",
+        "compile_mode": "off",
+        "jit": "off",
+    }
+    return Config(**resolve_inactive({**baseline.to_dict(), **plain}))
 
 
 def open_study(space: Space, storage: str, study_name: str) -> optuna.Study:
@@ -275,7 +290,7 @@ class Tuner:
         stored = study.user_attrs.get("reference")
         if stored is not None:
             return [float(x) for x in stored["losses"]]
-        config = self.space.baseline.replace(amp_dtype="fp32", compile_mode="off")
+        config = reference_config(self.space.baseline)
         if config == self.space.baseline and BASELINE in _running_roles(study):
             stored = self._wait_for_reference(study)  # another worker runs the baseline
             if stored is not None:

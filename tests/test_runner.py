@@ -47,6 +47,8 @@ def test_probe_reports_capabilities_and_environment(write_space, tmp_path):
     result = probe(space, tmp_path / "probe")
     caps, env = result["capabilities"], result["environment"]
     assert caps["device"] == "cpu" and caps["workload_blocks"] == 2
+    assert not caps["conv2d"] and not caps["attention"] and caps["optimizer"] == "SGD"
+    assert "math" in caps["sdpa_backends"] and caps["matmul_precisions"][0] == "highest"
     assert env["torch"] and env["cpu_count"] >= 1 and env["device_memory_bytes"] > 0
     assert result["workload"]["dataset_len"] == 512
 
@@ -55,3 +57,37 @@ def test_records_is_empty_for_a_fresh_study():
     import optuna
 
     assert records(optuna.create_study()) == []
+
+
+def test_threads_are_set_before_the_workload_is_built(write_space, tmp_path):
+    space = load_space(
+        write_space("""
+        workload: {workloads}:expects_threads
+        workload_args: {threads: 1, interop: 1}
+        trial: {warmup_steps: 1, measured_steps: 2}
+    """)
+    )
+    m = run_trial(space, Config(num_threads=1, interop_threads=1), tmp_path / "t")
+    assert m.ok, m.reason
+    wrong = run_trial(space, Config(), tmp_path / "default")
+    assert wrong.status == "failed" and "expected (1, 1)" in wrong.reason
+
+
+def test_compiler_failures_are_recorded_with_a_readable_reason(write_space, tmp_path):
+    def trial(workload, config):
+        space = load_space(
+            write_space(f"workload: {{workloads}}:{workload}\ntrial: {{measured_steps: 2}}\n")
+        )
+        return run_trial(space, config, tmp_path / workload)
+
+    m = trial("graph_break", Config(compile_mode="default", compile_fullgraph=True))
+    assert m.status == "failed"
+    assert m.reason.startswith(
+        "torch.compile (compile_mode=default compile_fullgraph=true) failed: Unsupported: "
+    )
+    assert "graph_break()" in m.reason
+    m = trial("unscriptable", Config(jit="script"))
+    assert m.status == "failed" and m.reason.startswith("jit=script: torch.jit.script failed: ")
+    m = trial("tiny_attention", Config(sdpa_backend="efficient"))  # no such kernel on CPU
+    assert m.status == "failed"
+    assert m.reason.startswith("sdpa_backend=efficient: torch has no such attention kernel")

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune import Config, SpaceError, load_space
+from autotune import AutotuneError, Config, SpaceError, load_space
 from autotune.knobs import Capabilities
 from autotune.space import parse_space
 
@@ -186,3 +186,101 @@ def test_memory_limits_parse_sizes_and_fractions(write_space):
     space = load_space(write_space("workload: m:f\nlimits: {memory: 0.25, accuracy: off}\n"))
     assert space.limits.memory_bytes(8 * 2**30) == 2 * 2**30
     assert not space.limits.accuracy.enabled
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "knobs: {compile_mode: default, jit: [off, script]}\n",
+            r"knobs.jit: script can never apply: needs compile_mode off \(compile_mode is defaul",
+        ),
+        (
+            "knobs: {prefetch_factor: [2, 4], persistent_workers: [false, true]}\n",
+            r"knobs.prefetch_factor: 4 can never apply: needs num_workers > 0 \(num_workers is 0\)",
+        ),
+        (
+            "knobs: {compile_fullgraph: [false, true]}\n",
+            "knobs.compile_fullgraph: true can never apply: needs compile_mode other than off",
+        ),
+        (
+            "knobs: {checkpoint_every: [1, 2]}\n",
+            "knobs.checkpoint_every: 2 can never apply: needs gradient_checkpointing true",
+        ),
+        (
+            "baseline: {jit: trace, gradient_checkpointing: true}\n",
+            "baseline: jit=trace needs gradient_checkpointing false",
+        ),
+        (
+            "knobs: {num_workers: [0, 2]}\nbaseline: {prefetch_factor: 4}\n",
+            r"baseline: prefetch_factor=4 needs num_workers > 0 \(num_workers is 0\)",
+        ),
+    ],
+)
+def test_invalid_combinations_are_rejected_naming_both_knobs(write_space, text, message):
+    with pytest.raises(SpaceError, match=message):
+        load_space(write_space("workload: m:f\n" + text))
+
+
+def test_conditional_knobs_apply_only_where_their_condition_holds(write_space):
+    space = load_space(
+        write_space("""
+        workload: m:f
+        knobs:
+          num_workers: [0, 2]
+          prefetch_factor: 4              # fixed: applies whenever there are workers
+          compile_mode: [off, default]
+          compile_fullgraph: [false, true]
+          jit: [off, script]
+        global_batch: free
+    """)
+    )
+    assert space.baseline.prefetch_factor == 2  # the baseline has no workers
+    assert space.config_from({"num_workers": 2}).prefetch_factor == 4
+    assert space.config_from({"num_workers": 0}).prefetch_factor == 2
+    with pytest.raises(AutotuneError, match="jit=script needs compile_mode off"):
+        space.config_from({"compile_mode": "default", "jit": "script"})
+
+
+def test_restrict_fixes_knobs_whose_condition_can_no_longer_hold():
+    space = parse_space(
+        {
+            "workload": "m:f",
+            "knobs": {
+                "compile_mode": ["off", "default"],
+                "compile_dynamic": ["auto", "true", "false"],
+                "compile_fullgraph": [False, True],
+                "pin_memory": [False, True],
+                "channels_last": [False, True],
+                "sdpa_backend": ["auto", "math", "efficient", "flash"],
+                "matmul_precision": ["highest", "high", "medium"],
+                "optimizer_impl": ["default", "foreach", "fused"],
+            },
+            "baseline": {"compile_mode": "default", "compile_fullgraph": True},
+        }
+    )
+    caps = Capabilities(
+        device="cpu",
+        compile=False,
+        compile_reason="no C++ compiler",
+        attention=True,
+        sdpa_backends=("math", "flash"),
+        matmul_precisions=("highest", "medium"),
+        optimizer="RMSprop",
+        optimizer_impls=("foreach",),
+    )
+    restricted, notes = space.restrict(caps)
+    assert restricted.knobs["compile_mode"] == ("off",)
+    assert restricted.knobs["compile_fullgraph"] == (False,)
+    assert restricted.knobs["compile_dynamic"] == ("auto",)
+    assert restricted.knobs["pin_memory"] == (False,)
+    assert restricted.knobs["channels_last"] == (False,)
+    assert restricted.knobs["sdpa_backend"] == ("auto", "math", "flash")
+    assert restricted.knobs["matmul_precision"] == ("highest", "medium")
+    assert restricted.knobs["optimizer_impl"] == ("default", "foreach")
+    assert restricted.baseline == Config()
+    text = "\n".join(notes)
+    assert "compile_fullgraph fixed to False: needs compile_mode other than off" in text
+    assert "baseline compile_fullgraph=True replaced by False: needs compile_mode" in text
+    assert "sdpa_backend=efficient dropped: torch has no efficient attention kernel" in text
+    assert "optimizer_impl=fused dropped: RMSprop has no fused implementation here" in text

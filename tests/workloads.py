@@ -126,3 +126,133 @@ def _sleepy_loss(model: nn.Module, batch) -> torch.Tensor:
 def sleepy() -> autotune.Workload:
     """Micro-batch 4 sleeps 5 ms per step: far slower per sample than micro-batch 8."""
     return autotune.Workload(name="sleepy", model=MLP, dataset=Blobs, loss=_sleepy_loss)
+
+
+class Images(torch.utils.data.Dataset):
+    def __init__(self, n: int = 64, size: int = 8, seed: int = 0) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.x = torch.randn(n, 3, size, size, generator=g)
+        self.y = (self.x.mean(dim=(1, 2, 3)) > 0).long()
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i: int):
+        return self.x[i], self.y[i]
+
+
+class TinyCNN(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(
+            [nn.Sequential(nn.Conv2d(c, 8, 3, padding=1), nn.ReLU()) for c in (3, 8, 8, 8)]
+        )
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x.mean(dim=(2, 3)))
+
+
+def tiny_cnn() -> autotune.Workload:
+    return autotune.Workload(
+        name="tiny-cnn",
+        model=TinyCNN,
+        dataset=Images,
+        loss=_loss,
+        optimizer=lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9),
+        blocks=lambda model: list(model.blocks),
+    )
+
+
+class Tokens(torch.utils.data.Dataset):
+    def __init__(self, n: int = 64, seq_len: int = 8, vocab: int = 16) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.tokens = torch.randint(vocab, (n, seq_len + 1), generator=g)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return self.tokens[i]
+
+
+class TinyAttention(nn.Module):
+    """One causal self-attention layer over embeddings, through F.scaled_dot_product_attention."""
+
+    def __init__(self, vocab: int = 16, d: int = 16, heads: int = 2) -> None:
+        super().__init__()
+        self.heads = heads
+        self.embed = nn.Embedding(vocab, d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.embed(idx)
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.heads, d // self.heads).unbind(2)
+        y = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+        )
+        return self.head(y.transpose(1, 2).reshape(b, t, d))
+
+
+def _lm_loss(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+    logits = model(tokens[:, :-1])
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+
+
+def tiny_attention() -> autotune.Workload:
+    return autotune.Workload(
+        name="tiny-attention",
+        model=TinyAttention,
+        dataset=Tokens,
+        loss=_lm_loss,
+        optimizer=lambda params: torch.optim.AdamW(params, lr=1e-2),
+    )
+
+
+class GraphBreak(MLP):
+    """An MLP whose forward has a graph break: fine for torch.compile, fatal for fullgraph."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.blocks[0](x)
+        torch._dynamo.graph_break()
+        return self.head(self.blocks[1](x))
+
+
+def graph_break() -> autotune.Workload:
+    return autotune.Workload(model=GraphBreak, dataset=Blobs, loss=_loss)
+
+
+class Unscriptable(MLP):
+    """Variadic arguments: torch.jit.script cannot compile this forward."""
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        return super().forward(inputs[0])
+
+
+def unscriptable() -> autotune.Workload:
+    return autotune.Workload(model=Unscriptable, dataset=Blobs, loss=_loss)
+
+
+def expects_threads(threads: int, interop: int) -> autotune.Workload:
+    """Fails at model build unless the trial process already runs with these thread counts."""
+
+    def model() -> nn.Module:
+        seen = (torch.get_num_threads(), torch.get_num_interop_threads())
+        if seen != (threads, interop):
+            raise RuntimeError(f"threads/interop are {seen}, expected {(threads, interop)}")
+        return MLP()
+
+    return autotune.Workload(model=model, dataset=Blobs, loss=_loss)
+
+
+def rmsprop() -> autotune.Workload:
+    return autotune.Workload(
+        model=MLP,
+        dataset=Blobs,
+        loss=_loss,
+        optimizer=lambda params: torch.optim.RMSprop(params, lr=1e-3),
+    )
