@@ -244,7 +244,8 @@ class Space:
         """Drop the values that cannot run with ``caps``; return the new space and notes."""
         notes: list[str] = []
         knobs = {name: _supported(name, values, caps, notes) for name, values in self.knobs.items()}
-        space = replace(self, knobs=knobs, baseline=_supported_baseline(self.baseline, caps, notes))
+        baseline = _supported_baseline(self.baseline, knobs, caps, notes)
+        space = replace(self, knobs=knobs, baseline=baseline)
         # A knob whose condition no remaining value of another knob meets cannot be searched.
         while never := _never_apply(space):  # fixing one may strand a later one
             for name, reason in never.items():
@@ -270,14 +271,17 @@ def _supported(name: str, values: tuple[Any, ...], caps: Capabilities, notes: li
     return tuple(kept)
 
 
-def _supported_baseline(baseline: Config, caps: Capabilities, notes: list[str]) -> Config:
-    """The baseline with values that cannot run here, or no longer apply, at the defaults."""
+def _supported_baseline(
+    baseline: Config, knobs: dict[str, tuple[Any, ...]], caps: Capabilities, notes: list[str]
+) -> Config:
+    """The baseline with values that cannot run here replaced by the first candidate left
+    (the default for an unlisted knob), and values that no longer apply at the defaults."""
     values = baseline.to_dict()
     for name, value in baseline.to_dict().items():
         reason = KNOBS[name].unsupported(caps, value)
         if reason is not None:
-            values[name] = KNOBS[name].default
-            notes.append(f"baseline {name}={value} replaced by {KNOBS[name].default!r}: {reason}")
+            values[name] = knobs[name][0] if name in knobs else KNOBS[name].default
+            notes.append(f"baseline {name}={value} replaced by {values[name]!r}: {reason}")
     resolved = resolve_inactive(values)
     for name, value in values.items():
         if resolved[name] != value:

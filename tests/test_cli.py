@@ -62,7 +62,12 @@ def test_user_mistakes_give_one_line_and_exit_1(write_space, tmp_path):
     bad_yaml = write_space("workload: [oops\n", "bad.yaml")
     unknown_knob = write_space("workload: m:f\nknobs: {batchsize: [1]}\n", "knob.yaml")
     missing_workload = write_space("workload: no_such_module_xyz:build\n", "wl.yaml")
+    conflict = write_space(
+        "workload: {workloads}:tiny\nknobs: {compile_mode: default, jit: [off, trace]}\n",
+        "conflict.yaml",
+    )
     for path, message in [
+        (conflict, "knobs.jit: trace can never apply: needs compile_mode off"),
         (bad_yaml, "not valid YAML"),
         (unknown_knob, "knobs.batchsize: unknown key (did you mean 'batch_size'?)"),
         (missing_workload, "cannot import module 'no_such_module_xyz'"),
@@ -72,6 +77,8 @@ def test_user_mistakes_give_one_line_and_exit_1(write_space, tmp_path):
         assert message in r.stderr
         assert "Traceback" not in r.stderr
         assert len(r.stderr.strip().splitlines()) == 1
+        if path == conflict:  # rejected before the probe and before any trial
+            assert not (tmp_path / "autotune-runs").exists()
 
 
 def test_debug_shows_the_traceback(write_space, tmp_path):

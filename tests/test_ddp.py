@@ -32,6 +32,6 @@ def test_ddp_options_need_world_size():
     try:
         Config(ddp_static_graph=True)
     except AutotuneError as e:
-        assert "ddp_static_graph=True needs world_size > 1 (world_size is 1)" in str(e)
+        assert "ddp_static_graph=true needs world_size > 1 (world_size is 1)" in str(e)
     else:
         raise AssertionError("accepted a DDP option without DDP")

@@ -284,3 +284,30 @@ def test_restrict_fixes_knobs_whose_condition_can_no_longer_hold():
     assert "baseline compile_fullgraph=True replaced by False: needs compile_mode" in text
     assert "sdpa_backend=efficient dropped: torch has no efficient attention kernel" in text
     assert "optimizer_impl=fused dropped: RMSprop has no fused implementation here" in text
+
+
+def test_an_unsupported_baseline_value_becomes_a_remaining_candidate():
+    space = parse_space(
+        {
+            "workload": "m:f",
+            "knobs": {"num_workers": [2, 4], "persistent_workers": True},
+            "baseline": {"num_workers": 4},
+        }
+    )
+    restricted, notes = space.restrict(Capabilities(device="cpu", cpu_count=2))
+    assert restricted.baseline == Config(num_workers=2, persistent_workers=True)
+    assert "baseline num_workers=4 replaced by 2: more DataLoader workers" in "\n".join(notes)
+
+
+def test_every_shipped_space_is_valid():
+    from conftest import ROOT
+
+    paths = sorted((ROOT / "search_spaces").glob("*.yaml"))
+    assert {p.name for p in paths} >= {"cpu.yaml", "vision.yaml", "transformer.yaml"}
+    for path in paths:
+        text = path.read_text()
+        assert text.startswith(f"# autotune run search_spaces/{path.name}\n"), path
+        space = load_space(path)
+        for name in space.knobs:  # every knob says what it trades
+            line = next(ln for ln in text.splitlines() if ln.strip().startswith(f"{name}:"))
+            assert "#" in line, f"{path.name}: {name} has no comment"
