@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+from conftest import ROOT
 
 from autotune import AutotuneError, Config, SpaceError, load_space
 from autotune.knobs import Capabilities
@@ -311,3 +312,14 @@ def test_every_shipped_space_is_valid():
         for name in space.knobs:  # every knob says what it trades
             line = next(ln for ln in text.splitlines() if ln.strip().startswith(f"{name}:"))
             assert "#" in line, f"{path.name}: {name} has no comment"
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted((ROOT / "search_spaces").glob("*.yaml"))
+    + sorted((ROOT / "benchmarks" / "spaces").glob("*.yaml")),
+    ids=lambda p: p.name,
+)
+def test_shipped_spaces_are_valid(path):
+    space = load_space(path)
+    assert space.searched and space.study.name == path.stem
