@@ -7,6 +7,7 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
 fi
 bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
 port=${AUTOTUNE_PG_PORT:-55432}
+while (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do port=$((port + 1)); done  # in use
 data=$(mktemp -d /tmp/autotune-pg.XXXXXX)
 runas=()
 if [ "$(id -u)" = 0 ]; then  # the server refuses to run as root

@@ -105,7 +105,13 @@ def test_lightning_kwargs_carry_the_values_and_the_dataloader_accepts_them():
     trainer, loader = ns["trainer_kwargs"], ns["dataloader_kwargs"]
     assert trainer == {"precision": "bf16-mixed", "accumulate_grad_batches": 2, "benchmark": False}
     assert set(trainer) <= LIGHTNING_TRAINER_ARGS and trainer["precision"] in LIGHTNING_PRECISIONS
-    assert loader == {"batch_size": 64, "num_workers": 2, "pin_memory": False}
+    assert loader == {
+        "batch_size": 64,
+        "num_workers": 2,
+        "pin_memory": False,
+        "persistent_workers": False,
+        "prefetch_factor": 2,
+    }
     dl = torch.utils.data.DataLoader(list(range(8)), **loader)
     assert (dl.batch_size, dl.num_workers) == (64, 2)
     # compile and checkpointing are not Trainer arguments: said so, with how to do it
