@@ -47,6 +47,7 @@ def test_every_fault_is_a_recorded_trial_and_the_study_completes(write_space, tm
         baseline: {{batch_size: 8}}
         global_batch: free
         trial: {{warmup_steps: 1, measured_steps: 6, timeout_s: 25, memory_cap: 1.5GiB}}
+        search: {{prune: false, confirm_top: 0}}  # every fault must run into its own end
         budget: {{n_trials: 8}}
     """)
     result = tune(space, storage=f"sqlite:///{tmp_path}/s.db", out_dir=tmp_path / "runs")
