@@ -20,7 +20,7 @@ SPACE = """
     knobs: {batch_size: [4, 8, 16, 32], num_workers: [0, 1]}
     baseline: {batch_size: 8}
     global_batch: free
-    trial: {warmup_steps: 1, measured_steps: 400}
+    trial: {warmup_steps: 1, measured_steps: 150}
     search: {confirm_top: 0, prune: false}
     study: {heartbeat_s: 1}
     budget: {n_trials: 6}
