@@ -26,6 +26,7 @@ __all__ = [
     "Workload",
     "WorkloadError",
     "apply",
+    "apply_workload",
     "config_from_env",
     "export_config",
     "hf_training_arguments",
@@ -40,6 +41,7 @@ __all__ = [
 _WHERE = {
     "Applied": "training",
     "apply": "training",
+    "apply_workload": "training",
     "AutotuneError": "errors",
     "SpaceError": "errors",
     "StorageError": "errors",

@@ -34,7 +34,7 @@ from .errors import AutotuneError  # noqa: E402
 from .graph import describe_compile_failure, first_line  # noqa: E402
 from .measure import StepClock, peak_memory, reset_peak_memory, spread  # noqa: E402
 from .measurement import FAILED, NAN, OK, OOM, Measurement  # noqa: E402
-from .training import Applied, apply, resolve_device, set_threads  # noqa: E402
+from .training import Applied, apply_workload, resolve_device, set_threads  # noqa: E402
 from .workload import Workload, load_workload  # noqa: E402
 
 
@@ -90,21 +90,7 @@ def build(spec: dict[str, Any]) -> Built:
     device = _init_distributed(resolve_device(spec.get("device", "auto")))
     seed = int(trial.get("seed", 0))
     workload = _load(spec)
-    torch.manual_seed(seed)
-    model = workload.model()
-    blocks = list(workload.blocks(model)) if workload.blocks else None
-    applied = apply(
-        config,
-        model=model,
-        dataset=workload.dataset(),
-        loss=workload.loss,
-        optimizer=workload.optimizer,
-        blocks=blocks,
-        collate_fn=workload.collate_fn,
-        device=device,
-        seed=seed,
-        endless=True,
-    )
+    applied = apply_workload(config, workload, device=device, seed=seed, endless=True)
     return Built(config, trial, device, workload, applied, iter(applied.loader))
 
 

@@ -378,3 +378,32 @@ def apply(
     scaler = torch.amp.GradScaler(device.type) if config.amp_dtype == "fp16" else None
     loader = make_loader(dataset, config, seed=seed, collate_fn=collate_fn, endless=endless)
     return Applied(config, device, model, opt, loader, loss, scaler)
+
+
+def apply_workload(
+    config: Config | dict[str, Any],
+    workload: Any,
+    *,
+    device: str | torch.device = "auto",
+    seed: int = 0,
+    endless: bool = False,
+) -> Applied:
+    """:func:`apply` to an :class:`autotune.Workload`: seed, build its model and data, apply.
+
+    This is exactly what a trial does with the workload (``endless=True`` there), so a
+    loop built on it trains the way the trial that measured the config did.
+    """
+    torch.manual_seed(seed)
+    model = workload.model()
+    return apply(
+        config,
+        model=model,
+        dataset=workload.dataset(),
+        loss=workload.loss,
+        optimizer=workload.optimizer,
+        blocks=list(workload.blocks(model)) if workload.blocks else None,
+        collate_fn=workload.collate_fn,
+        device=device,
+        seed=seed,
+        endless=endless,
+    )

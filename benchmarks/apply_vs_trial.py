@@ -38,19 +38,7 @@ def user_loop(space_path: str, config_path: str) -> dict:
     space = autotune.load_space(space_path)
     config = autotune.load_config(config_path)
     w = load_workload(space.workload, space.workload_args, space.base_dir)
-    torch.manual_seed(space.trial.seed)
-    model = w.model()
-    run = autotune.apply(
-        config,
-        model=model,
-        dataset=w.dataset(),
-        loss=w.loss,
-        optimizer=w.optimizer,
-        blocks=list(w.blocks(model)) if w.blocks else None,
-        collate_fn=w.collate_fn,
-        device=space.device,
-        seed=space.trial.seed,
-    )
+    run = autotune.apply_workload(config, w, device=space.device, seed=space.trial.seed)
 
     def batches():
         while True:

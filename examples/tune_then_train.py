@@ -21,8 +21,6 @@ import textwrap
 import time
 from pathlib import Path
 
-import torch
-
 import autotune
 from autotune.report import ConsoleReporter, print_summary
 
@@ -75,17 +73,7 @@ def export(result: autotune.TuneResult, out: Path) -> Path:
 def train(config: autotune.Config, steps: int, warmup: int = 2) -> float:
     """A plain training loop over :func:`autotune.apply`; returns samples/s of its timed part."""
     w = cnn.workload(width=32)
-    torch.manual_seed(0)
-    model = w.model()
-    run = autotune.apply(
-        config,
-        model=model,
-        dataset=w.dataset(),
-        loss=w.loss,
-        optimizer=w.optimizer,
-        blocks=list(w.blocks(model)),
-        device="cpu",
-    )
+    run = autotune.apply_workload(config, w, device="cpu")
 
     def batches():
         while True:  # epochs, as a real loop has them

@@ -125,19 +125,9 @@ def test_apply_builds_what_the_trial_measured(write_space, tmp_path):
     in_trial = json.loads((tmp_path / "t" / "result.json").read_text())["applied"]
 
     def user_apply(**kwargs):
-        w = tiny()
-        torch.manual_seed(0)
-        model = w.model()
-        return apply(
-            config,
-            model=model,
-            dataset=w.dataset(),
-            loss=w.loss,
-            optimizer=w.optimizer,
-            blocks=list(w.blocks(model)),
-            device="cpu",
-            **kwargs,
-        )
+        from autotune import apply_workload
+
+        return apply_workload(config, tiny(), device="cpu", **kwargs)
 
     assert applied_settings(user_apply(endless=True)) == in_trial
     assert in_trial["loader"]["num_workers"] == 1 and in_trial["model"]["checkpointed_blocks"] == 2
