@@ -330,6 +330,8 @@ class Tuner:
         self.reporter.note("waiting for another worker's baseline run (the fp32 reference)")
         while time.monotonic() < deadline and BASELINE in _running_roles(study):
             time.sleep(1.0)
+            # If that worker died, its baseline goes stale: fail it and queue it again.
+            fail_stale_trials(study, grace_s=3 * self.space.study.heartbeat_s)
             stored = study.user_attrs.get("reference")
             if stored is not None:
                 return [float(x) for x in stored["losses"]]
