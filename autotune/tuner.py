@@ -232,8 +232,12 @@ class Tuner:
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
                 dup_streak += 1
                 continue
-            dup_streak = 0
             trial.set_user_attr("config_key", key)
+            if _claimed_before(study, trial.number, key):  # a worker beside us raced us to it
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                dup_streak += 1
+                continue
+            dup_streak = 0
             best = best_of(trials)
             record = self._measure(study, trial, config, best.value if best else None)
             trials.append(record)
@@ -431,6 +435,18 @@ class Tuner:
             path = write_best_config(result, self.out_dir / "best_config.yaml")
             result = replace(result, best_config_path=path)
         return result
+
+
+def _claimed_before(study: optuna.Study, number: int, key: str) -> bool:
+    """Whether an earlier trial (running or finished) measures the same config; checked
+    after claiming it, so of two workers that sampled it at once only the first runs it."""
+    states = (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.COMPLETE)
+    return any(
+        t.number < number
+        and t.user_attrs.get("config_key") == key
+        and t.user_attrs.get("role") not in (DUPLICATE, REPEAT)
+        for t in study.get_trials(deepcopy=False, states=states)
+    )
 
 
 def _running_roles(study: optuna.Study) -> list[str]:
