@@ -30,8 +30,8 @@ import torch  # noqa: E402
 from .capabilities import capabilities  # noqa: E402
 from .config import Config  # noqa: E402
 from .env import environment  # noqa: E402
-from .errors import AutotuneError  # noqa: E402
-from .graph import describe_compile_failure, first_line  # noqa: E402
+from .errors import AutotuneError, first_line  # noqa: E402
+from .graph import describe_compile_failure  # noqa: E402
 from .measure import StepClock, peak_memory, reset_peak_memory, spread  # noqa: E402
 from .measurement import FAILED, NAN, OK, OOM, Measurement  # noqa: E402
 from .training import Applied, apply_workload, resolve_device, set_threads  # noqa: E402

@@ -29,3 +29,17 @@ class WorkloadError(AutotuneError):
 
 class StorageError(AutotuneError):
     """The Optuna storage cannot be opened, or holds a study from another space."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The informative start of an exception's message (compilers write pages).
+
+    A first line that only introduces the next one (``backend='inductor' raised:``) is
+    joined with it.
+    """
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    if not lines:
+        return type(exc).__name__
+    if lines[0].endswith(":") and len(lines) > 1:
+        return f"{lines[0]} {lines[1]}"
+    return lines[0]

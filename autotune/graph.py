@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from .errors import AutotuneError
+from .errors import AutotuneError, first_line
 
 if TYPE_CHECKING:
     from .config import Config
@@ -21,20 +21,6 @@ _DYNAMIC = {"auto": None, "true": True, "false": False}
 
 class GraphError(AutotuneError):
     """TorchScript could not script or trace the model."""
-
-
-def first_line(exc: BaseException) -> str:
-    """The informative start of an exception's message (compilers write pages).
-
-    A first line that only introduces the next one (``backend='inductor' raised:``) is
-    joined with it.
-    """
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    if not lines:
-        return type(exc).__name__
-    if lines[0].endswith(":") and len(lines) > 1:
-        return f"{lines[0]} {lines[1]}"
-    return lines[0]
 
 
 def compile_model(model: nn.Module, config: Config) -> nn.Module:

@@ -16,7 +16,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from .config import Config
-from .graph import compile_model, first_line
+from .errors import first_line
+from .graph import compile_model
 
 _AMP = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
