@@ -9,6 +9,7 @@ the baseline and the top configs, interleaved, and ranks by the median.
 from __future__ import annotations
 
 import math
+import random
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -19,7 +20,7 @@ import optuna
 from . import runner, scoring
 from ._heartbeat import Heartbeat, fail_stale_trials
 from .config import Config, resolve_inactive
-from .errors import StorageError, WorkloadError
+from .errors import StorageError, WorkloadError, first_line
 from .knobs import Capabilities
 from .measurement import Measurement
 from .results import (  # noqa: F401  (re-exported: the engine's vocabulary)
@@ -35,11 +36,16 @@ from .results import (  # noqa: F401  (re-exported: the engine's vocabulary)
     records,
     summarize,
 )
-from .sampling import encode, make_sampler, sample
+from .sampling import encode, every_config, make_sampler, sample, unmeasured
 from .space import Space
 from .storage import create_or_load, open_storage
 
 MAX_DUPLICATES_IN_A_ROW = 30
+# After this many measured configs proposed in a row, measure an unmeasured one instead:
+# a neighbour of the best configs, else a random one (see sampling.unmeasured). 1 beat 3
+# in the replay benchmark (TPE within 5% of the optimum at 20 trials: LM grid 20/20 seeds
+# against 12/20, CNN grid 19/20 against 18/20).
+FALLBACK_AFTER_DUPLICATES = 1
 
 
 class Reporter:
@@ -86,7 +92,7 @@ def open_study(space: Space, storage: str, study_name: str) -> optuna.Study:
     except StorageError:
         raise
     except Exception as e:  # SQLAlchemy/Optuna raise many types for a bad URL or file
-        detail = (str(e).strip().splitlines() or [""])[0]
+        detail = first_line(e)
         raise StorageError(
             f"cannot open storage {storage!r}: {type(e).__name__}: {detail}"
         ) from None
@@ -196,7 +202,9 @@ class Tuner:
         the configs already measured (or being measured) and stale trials are global.
         """
         space = self.space
-        size = math.prod(len(v) for v in space.searched.values())
+        pool = every_config(space)
+        size = len(pool) if pool is not None else math.prod(map(len, space.searched.values()))
+        rng = random.Random(space.search.seed)
         dup_streak = 0
         done = 0
         start = time.monotonic()
@@ -227,6 +235,17 @@ class Tuner:
                     duplicate_of=previous.number,
                 )
                 dup_streak += 1
+                if dup_streak >= FALLBACK_AFTER_DUPLICATES and not _waiting_roles(study):
+                    taken = measured.keys() | running
+                    # random search stays random (without replacement): no local moves
+                    top = [] if space.search.sampler == "random" else ranked(summarize(trials))
+                    top = [t.config for t in top[:3]]
+                    found = unmeasured(space, top, taken, rng, pool)
+                    if found is None:
+                        break  # every config is measured
+                    study.enqueue_trial(
+                        encode(space, found[0]), user_attrs={"proposed_by": found[1]}
+                    )
                 continue
             if key in running:  # another worker is measuring it right now
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
@@ -491,7 +510,7 @@ def load_result(
     except StorageError:
         raise
     except Exception as e:  # KeyError for a missing study, SQLAlchemy errors for a bad URL
-        detail = (str(e).strip().splitlines() or [""])[0]
+        detail = first_line(e)
         raise StorageError(
             f"cannot load study {name!r} from {storage!r}: {type(e).__name__}: {detail}; "
             "run `autotune run` first, or pass --storage/--study-name"

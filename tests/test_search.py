@@ -142,3 +142,19 @@ def test_a_clearly_slower_trial_is_pruned(write_space, tmp_path):
     count, saved_s = result.pruning_saved_s()
     assert count == 1 and saved_s > 0
     assert result.best.config.batch_size == 8
+
+
+def test_a_sampler_proposing_measured_configs_still_spends_the_budget(write_space, tmp_path):
+    # On 16 configs TPE soon proposes measured ones again and again; each is answered from
+    # storage, and after a few in a row the tuner measures an unmeasured neighbour of the
+    # best (or a random unmeasured config) instead of giving up with budget left.
+    space = _space(write_space)
+    backend = ReplayBackend(_table())
+    storage = f"sqlite:///{tmp_path}/s.db"
+    result = tune(space, storage=storage, out_dir=tmp_path, backend=backend, n_trials=16)
+    keys = [c.key() for c in backend.calls]
+    assert len(keys) == len(set(keys)) == 16
+    assert any("all 16 configs of the space are measured" in n for n in result.notes)
+    study = optuna.load_study(study_name="space", storage=storage)
+    fallback = [t.user_attrs.get("proposed_by") for t in study.trials]
+    assert {"neighbour", "random"} & set(fallback)

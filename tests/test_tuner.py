@@ -1,11 +1,15 @@
-"""Sampling conditional knobs and the fp32 reference config (no trials run)."""
+"""Sampling conditional knobs, the fallback to unmeasured configs, and the fp32 reference
+config (no trials run)."""
 
 from __future__ import annotations
+
+import random
 
 import optuna
 
 from autotune import Config
 from autotune.sampling import encode as _encode
+from autotune.sampling import every_config, neighbours, unmeasured
 from autotune.sampling import sample as _sample
 from autotune.space import parse_space
 from autotune.tuner import reference_config
@@ -59,3 +63,59 @@ def test_reference_is_plain_fp32_eager():
     ref = reference_config(baseline)
     assert ref == Config(channels_last=True)
     assert reference_config(Config(jit="script")) == Config()
+
+
+def _conditional_space():
+    return parse_space(
+        {
+            "workload": "m:f",
+            "knobs": {
+                "batch_size": [8, 16, 32],
+                "num_workers": [0, 1, 2],
+                "prefetch_factor": [2, 4],
+                "amp_dtype": ["fp32", "bf16"],
+            },
+            "baseline": {"batch_size": 16},
+            "global_batch": 32,
+        }
+    )
+
+
+def test_every_config_folds_inactive_knobs():
+    space = _conditional_space()
+    configs = every_config(space)
+    # 3 batch sizes x 2 dtypes x (no workers | 2 worker counts x 2 prefetch factors)
+    assert len(configs) == 3 * 2 * (1 + 2 * 2) == len({c.key() for c in configs})
+    assert all(c.batch_size * c.accumulation_steps == 32 for c in configs)
+    assert every_config(space, limit=10) is None  # 36 points in the product
+
+
+def test_neighbours_move_one_knob_one_step():
+    space = _conditional_space()
+    config = Config(batch_size=16, accumulation_steps=2, num_workers=1, prefetch_factor=4)
+    near = {
+        (c.batch_size, c.num_workers, c.prefetch_factor, c.amp_dtype)
+        for c in neighbours(space, config)
+    }
+    assert near == {
+        (8, 1, 4, "fp32"),  # batch size down / up by one step, accumulation follows
+        (32, 1, 4, "fp32"),
+        (16, 0, 2, "fp32"),  # no workers: prefetch_factor is inactive, back at its default
+        (16, 2, 4, "fp32"),
+        (16, 1, 2, "fp32"),
+        (16, 1, 4, "bf16"),
+    }
+
+
+def test_unmeasured_prefers_neighbours_of_the_best_then_random():
+    space = _conditional_space()
+    rng = random.Random(0)
+    best = Config(batch_size=32, accumulation_steps=1)
+    taken = {best.key()}
+    config, how = unmeasured(space, [best], taken, rng)
+    assert how == "neighbour" and config.key() in {c.key() for c in neighbours(space, best)}
+    taken |= {c.key() for c in neighbours(space, best)}
+    config, how = unmeasured(space, [best], taken, rng, every_config(space))
+    assert how == "random" and config.key() not in taken
+    everything = every_config(space)
+    assert unmeasured(space, [best], {c.key() for c in everything}, rng, everything) is None
