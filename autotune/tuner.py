@@ -235,18 +235,23 @@ class Tuner:
                     duplicate_of=previous.number,
                 )
                 dup_streak += 1
-                if dup_streak >= FALLBACK_AFTER_DUPLICATES and not _waiting_roles(study):
-                    taken = measured.keys() | running
-                    # random search stays random (without replacement): no local moves
-                    top = [] if space.search.sampler == "random" else ranked(summarize(trials))
-                    top = [t.config for t in top[:3]]
-                    found = unmeasured(space, top, taken, rng, pool)
-                    if found is None:
-                        break  # every config is measured
-                    study.enqueue_trial(
-                        encode(space, found[0]), user_attrs={"proposed_by": found[1]}
-                    )
-                continue
+                if dup_streak < FALLBACK_AFTER_DUPLICATES or _waiting_roles(study):
+                    continue
+                # random search stays random (without replacement): no local moves
+                top = [] if space.search.sampler == "random" else ranked(summarize(trials))
+                found = unmeasured(
+                    space, [t.config for t in top[:3]], measured.keys() | running, rng, pool
+                )
+                if found is None:
+                    break  # every config is measured
+                # Queued and taken at once, so no queued trial outlives the loop.
+                study.enqueue_trial(encode(space, found[0]), user_attrs={"proposed_by": found[1]})
+                trial = study.ask()
+                config = sample(space, trial)
+                key = config.key()
+                if key in measured:  # not ours: a config another worker queued, measured
+                    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                    continue
             if key in running:  # another worker is measuring it right now
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
                 dup_streak += 1
