@@ -225,15 +225,18 @@ class Tuner:
             config = sample(space, trial)
             key = config.key()
             previous = measured.get(key)
-            if previous is not None:  # measured before: reuse it, spend nothing
-                self._tell(
-                    study,
-                    trial,
-                    previous.config,
-                    previous.measurement,
-                    DUPLICATE,
-                    duplicate_of=previous.number,
-                )
+            if previous is not None or key in running:
+                if previous is not None:  # measured before: reuse it, spend nothing
+                    self._tell(
+                        study,
+                        trial,
+                        previous.config,
+                        previous.measurement,
+                        DUPLICATE,
+                        duplicate_of=previous.number,
+                    )
+                else:  # another worker is measuring it right now
+                    study.tell(trial, state=optuna.trial.TrialState.FAIL)
                 dup_streak += 1
                 if dup_streak < FALLBACK_AFTER_DUPLICATES or _waiting_roles(study):
                     continue
@@ -249,13 +252,9 @@ class Tuner:
                 trial = study.ask()
                 config = sample(space, trial)
                 key = config.key()
-                if key in measured:  # not ours: a config another worker queued, measured
+                if key in measured or key in running:  # not ours: another worker queued it
                     study.tell(trial, state=optuna.trial.TrialState.FAIL)
                     continue
-            if key in running:  # another worker is measuring it right now
-                study.tell(trial, state=optuna.trial.TrialState.FAIL)
-                dup_streak += 1
-                continue
             trial.set_user_attr("config_key", key)
             if _claimed_before(study, trial.number, key):  # a worker beside us raced us to it
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
