@@ -9,8 +9,10 @@ workers, torch.compile, checkpointing) and the extended one (``search_spaces/cpu
 same plus intra-op threads and channels_last). Each study's recommended config is then
 re-measured side by side with the baseline, ``--rounds`` rounds, each round running the three
 configs in a fresh subprocess in a rotated order so that drift of the machine hits all alike.
-It prints the median samples/s of each and the ratio extended / core. Run it on an otherwise
-idle machine: two processes on two cores change throughput several fold.
+It prints the median samples/s of each, the ratio of the medians extended / core, and the
+paired ratio: extended / core within each round (both measured minutes apart), whose median
+and range cancel the drift between rounds. Run it on an otherwise idle machine: two
+processes on two cores change throughput several fold.
 """
 
 from __future__ import annotations
@@ -77,14 +79,19 @@ def main(argv: list[str] | None = None) -> int:
     space = spaces["extended"]
     configs = {"baseline": space.baseline, **winners}
     runs: dict[str, list[float]] = {k: [] for k in configs}
+    paired: list[float] = []  # extended / core within one round
     names = list(configs)
     for r in range(args.rounds):
         order = names[r % len(names) :] + names[: r % len(names)]
+        this_round = {}
         for name in order:
             m = run_trial(space, configs[name], tmp / "side-by-side" / f"{r}-{name}")
             if m.ok:
                 runs[name].append(m.samples_per_s)
+                this_round[name] = m.samples_per_s
             print(f"round {r}: {name:8s} {m.status:7s} {m.samples_per_s or 0:8.1f} samples/s")
+        if "core" in this_round and "extended" in this_round:
+            paired.append(this_round["extended"] / this_round["core"])
     med = {k: statistics.median(v) if v else float("nan") for k, v in runs.items()}
     print()
     print("| config | what | samples/s (median) | range | vs baseline |")
@@ -100,6 +107,12 @@ def main(argv: list[str] | None = None) -> int:
         f"\nextended / core: {med['extended'] / med['core']:.3f} "
         f"(median of {args.rounds} side-by-side rounds, {args.n_trials} trials per study)"
     )
+    if paired:
+        print(
+            f"paired extended / core per round: median {statistics.median(paired):.3f}, "
+            f"range {min(paired):.3f}-{max(paired):.3f}, extended >= core in "
+            f"{sum(x >= 1.0 for x in paired)}/{len(paired)} rounds"
+        )
     return 0
 
 
