@@ -24,7 +24,8 @@ def _raise(x):
 
 
 def _huge(x):
-    torch.empty(2**45, dtype=torch.uint8)  # 32 TiB: the allocator refuses at once
+    # 32 TiB on the batch's device: the allocator (host or CUDA) refuses at once
+    torch.empty(2**45, dtype=torch.uint8, device=x.device)
 
 
 def _leak_memory(x):

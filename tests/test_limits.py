@@ -10,13 +10,18 @@ from autotune.runner import run_trial
 from autotune.scoring import judge
 from autotune.space import parse_space
 
+# The memory and fp16 tests run on the CPU everywhere and on CUDA where there is a GPU.
+DEVICES = pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
 
-def test_memory_budget_makes_large_batches_infeasible(write_space, tmp_path):
+
+@DEVICES
+def test_memory_budget_makes_large_batches_infeasible(write_space, tmp_path, device):
     probe_space = load_space(
         write_space(
-            """
-        workload: {workloads}:wide
-        trial: {warmup_steps: 1, measured_steps: 2}
+            f"""
+        workload: {{workloads}}:wide
+        device: {device}
+        trial: {{warmup_steps: 1, measured_steps: 2}}
     """,
             "probe.yaml",
         )
@@ -29,6 +34,7 @@ def test_memory_budget_makes_large_batches_infeasible(write_space, tmp_path):
 
     space = write_space(f"""
         workload: {{workloads}}:wide
+        device: {device}
         knobs: {{batch_size: [8, 2048]}}
         baseline: {{batch_size: 2048}}
         global_batch: free
@@ -49,13 +55,15 @@ def test_memory_budget_makes_large_batches_infeasible(write_space, tmp_path):
     assert study.best_trial.params["batch_size"] == 0  # index of 8: Optuna sees the constraint
 
 
-def test_fp16_overflow_is_rejected_while_bf16_and_fp32_pass(write_space, tmp_path):
-    space = write_space("""
-        workload: {workloads}:overflow
-        knobs: {amp_dtype: [fp32, bf16, fp16]}
-        trial: {warmup_steps: 1, measured_steps: 3}
-        budget: {n_trials: 3}
-        search: {confirm_top: 0}
+@DEVICES
+def test_fp16_overflow_is_rejected_while_bf16_and_fp32_pass(write_space, tmp_path, device):
+    space = write_space(f"""
+        workload: {{workloads}}:overflow
+        device: {device}
+        knobs: {{amp_dtype: [fp32, bf16, fp16]}}
+        trial: {{warmup_steps: 1, measured_steps: 3}}
+        budget: {{n_trials: 3}}
+        search: {{confirm_top: 0}}
     """)
     result = tune(space, storage=f"sqlite:///{tmp_path}/s.db", out_dir=tmp_path / "runs")
     status = {t.config.amp_dtype: t for t in result.trials}

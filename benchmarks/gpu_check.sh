@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The GPU check: the `cuda`-marked tests, then a real study on the GPU, in one short run.
+#
+# On the CPU machine (once per session; the wheels are ignored by git):
+#     bash benchmarks/gpu_check.sh fetch
+# then on the lent GPU machine (the device tool's `run`, carrying .whl):
+#     bash benchmarks/gpu_check.sh
+#
+# The GPU image has torch (and pytest, pyyaml, rich, matplotlib, nvidia-ml-py, joblib)
+# but no Optuna: `fetch` downloads Optuna and what it needs that the image lacks, as
+# Python 3.12 wheels of the versions this checkout's venv runs. The run needs no
+# `pip install -e .`: the repository is put on PYTHONPATH, and the trial subprocesses
+# (`python -m autotune._child`) inherit it. Logs and the study's figures go to $OUT (the
+# device tool's return folder) or ./gpu-check-out.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+WHEELS=(optuna alembic sqlalchemy colorlog mako)
+
+if [[ "${1:-}" == "fetch" ]]; then
+    py="${PYTHON:-.venv/bin/python}"
+    mkdir -p .whl
+    for name in "${WHEELS[@]}"; do
+        version=$("$py" -m pip show "$name" 2>/dev/null | awk '/^Version:/ {print $2}')
+        spec="$name${version:+==$version}"
+        python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+            --implementation cp --platform manylinux_2_28_x86_64 \
+            --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+            -d .whl "$spec" || exit 1
+    done
+    ls -l .whl
+    exit 0
+fi
+
+out="${OUT:-gpu-check-out}"
+mkdir -p "$out"
+if compgen -G ".whl/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/autotune-site .whl/*.whl || exit 1
+    export PYTHONPATH="/tmp/autotune-site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+export MPLCONFIGDIR=/tmp/autotune-mpl
+
+{
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+    python3 -c 'import torch, optuna; print("torch", torch.__version__, "cuda", torch.version.cuda,
+        "optuna", optuna.__version__, "gpu", torch.cuda.get_device_name(0))'
+} 2>&1 | tee "$out/versions.txt"
+
+start=$(date +%s)
+timeout 240 python3 -m pytest -q -m cuda -p no:cacheprovider tests 2>&1 | tee "$out/cuda-tests.log"
+tests_rc=${PIPESTATUS[0]}
+echo "cuda tests: exit $tests_rc in $(( $(date +%s) - start )) s" | tee -a "$out/summary.txt"
+
+start=$(date +%s)
+rm -f /tmp/autotune-gpu-check.db
+timeout 420 python3 -m autotune run benchmarks/spaces/gpu_check.yaml --out /tmp/gpu-check-runs \
+    2>&1 | tee "$out/study.log"
+study_rc=${PIPESTATUS[0]}
+echo "study: exit $study_rc in $(( $(date +%s) - start )) s" | tee -a "$out/summary.txt"
+cp /tmp/gpu-check-runs/gpu_check/best_config.yaml "$out/" 2>/dev/null
+timeout 60 python3 -m autotune show benchmarks/spaces/gpu_check.yaml > "$out/show.txt" 2>&1
+[[ $tests_rc == 0 && $study_rc == 0 ]]
