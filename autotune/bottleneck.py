@@ -11,12 +11,16 @@ result on every later report. Artifacts go to ``<runs>/<study>/trial-NNNN/profil
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import optuna
 
 from . import runner
+from .measurement import OK, PRUNED
+from .results import TuneResult
 from .space import Space
 from .tuner import Reporter, TrialRecord
 
@@ -90,12 +94,75 @@ def _pct(share: float) -> str:
     return f"{share:.0%}"
 
 
-def advice(profile: dict[str, Any]) -> list[str]:
+@dataclass(frozen=True)
+class Evidence:
+    """What the study measured, so that advice does not send the user to try again a knob
+    value that already lost here.
+
+    ``trials`` holds each measured config (as a dict), its objective value and its status;
+    ``best_config`` and ``best_value`` are the recommended config's.
+    """
+
+    trials: tuple[tuple[dict[str, Any], float, str], ...]
+    best_config: dict[str, Any]
+    best_value: float
+
+    @classmethod
+    def from_result(cls, result: TuneResult) -> Evidence | None:
+        """The evidence of a study's summarised trials; ``None`` without a winner."""
+        if result.best is None or not result.best.value:
+            return None
+        rows = tuple((t.config.to_dict(), t.value, t.status) for t in result.trials)
+        return cls(rows, result.best.config.to_dict(), result.best.value)
+
+    def measured(self, knob: str, wanted: Callable[[Any], bool]) -> str | None:
+        """How the measured configs with a wanted value of ``knob`` did; ``None`` if none was
+        measured."""
+        runs = [(v, status) for c, v, status in self.trials if knob in c and wanted(c[knob])]
+        if not runs:
+            return None
+        if knob in self.best_config and wanted(self.best_config[knob]):
+            return "the recommended config has it"
+        speeds = [v for v, status in runs if status in (OK, PRUNED) and v]
+        if speeds:
+            slower = 1 - max(speeds) / self.best_value
+            n = f"{len(runs)} trial{'s' if len(runs) > 1 else ''}"
+            return f"{n} measured here, the best {slower:.0%} slower than the recommended config"
+        statuses = ", ".join(sorted({status for _, status in runs}))
+        return f"measured here: every such trial was infeasible ({statuses})"
+
+
+# An idea for a tip: (what to try, the knob, which of its values the idea means).
+Idea = tuple[str, str, Callable[[Any], bool]]
+
+
+def _suggest(head: str, ideas: list[Idea], evidence: Evidence | None, verb: str = "try") -> str:
+    """``head``, then the ideas not yet measured, then those the study measured and how they
+    did (a suggestion that already lost here is reported as such, not repeated)."""
+    fresh, tried = [], []
+    for text, knob, wanted in ideas:
+        seen = evidence.measured(knob, wanted) if evidence else None
+        if seen:
+            tried.append(f"{text} ({seen})")
+        else:
+            fresh.append(text)
+    tip = head
+    if fresh:
+        tip += f": {verb} " + ", ".join(fresh)
+    if tried:
+        tip += ("; " if fresh else ": ") + "already measured: " + "; ".join(tried)
+    if not ideas:
+        tip += ": the knobs here are used up"
+    return tip
+
+
+def advice(profile: dict[str, Any], evidence: Evidence | None = None) -> list[str]:
     """Plain advice from a profile summary: what dominates the step and what to try.
 
     Each rule fires on a share threshold (module constants); a profile that trips none
     gets one sentence saying so. The profile's ``config`` tailors the suggestions (a
-    knob already on is not suggested again).
+    knob already on is not suggested again), and with the study's ``evidence`` a
+    suggestion the study already measured says how it did instead.
     """
     if profile.get("status") != "ok":
         return [f"no profile: {profile.get('status')}: {profile.get('reason', '')}"]
@@ -107,9 +174,11 @@ def advice(profile: dict[str, Any]) -> list[str]:
     if data >= DATA_SHARE:
         workers = c.get("num_workers", 0)
         if not workers:
-            tip = (
-                f"data loading takes {_pct(data)} of the step in the training process: "
-                "use DataLoader workers (num_workers > 0)"
+            tip = _suggest(
+                f"data loading takes {_pct(data)} of the step in the training process",
+                [("DataLoader workers (num_workers > 0)", "num_workers", lambda v: v > 0)],
+                evidence,
+                verb="use",
             )
         else:
             tip = (
@@ -136,20 +205,25 @@ def advice(profile: dict[str, Any]) -> list[str]:
         )
     busy = profile.get("device_busy")
     if cuda and busy is not None and busy < GPU_BUSY:
-        tips.append(
-            f"the GPU is busy only {_pct(busy)} of the step (waiting on the host): a larger "
-            "batch_size, torch.compile (compile_mode), or CUDA graphs (reduce-overhead) "
-            "cut the per-kernel launch overhead"
-        )
+        tips.append(_launch_tip(busy, c, evidence))
     optimizer = s.get("optimizer", 0.0)
     if optimizer >= OPTIMIZER_SHARE:
+        ideas: list[Idea] = []
+        if c.get("optimizer_impl", "default") not in ("foreach", "fused"):
+            ideas.append(
+                (
+                    "a foreach or fused implementation (optimizer_impl), which updates all "
+                    "parameters in a few kernels",
+                    "optimizer_impl",
+                    lambda v: v in ("foreach", "fused"),
+                )
+            )
         tips.append(
-            f"the optimizer step takes {_pct(optimizer)} of the step: a foreach or fused "
-            "implementation (optimizer_impl) updates all parameters in a few kernels"
+            _suggest(f"the optimizer step takes {_pct(optimizer)} of the step", ideas, evidence)
         )
     compute = s.get("forward", 0.0) + s.get("backward", 0.0)
     if compute >= COMPUTE_SHARE:
-        tips.append(_compute_tip(compute, c, cuda))
+        tips.append(_compute_tip(compute, c, cuda, evidence))
     conversions = sum(
         op["share"] for op in profile.get("top_ops", []) if op["name"] in CONVERSION_OPS
     )
@@ -168,19 +242,56 @@ def advice(profile: dict[str, Any]) -> list[str]:
     return tips or ["no single part dominates the step: the config is balanced"]
 
 
-def _compute_tip(compute: float, c: dict[str, Any], cuda: bool) -> str:
-    ideas = []
+def _launch_tip(busy: float, c: dict[str, Any], evidence: Evidence | None) -> str:
+    batch = c.get("batch_size", 0)
+    ideas: list[Idea] = [("a larger batch_size", "batch_size", lambda v: v > batch)]
+    if c.get("compile_mode", "off") == "off":
+        ideas.append(("torch.compile (compile_mode)", "compile_mode", lambda v: v != "off"))
+    if c.get("compile_mode") != "reduce-overhead":
+        ideas.append(
+            (
+                "CUDA graphs (compile_mode: reduce-overhead)",
+                "compile_mode",
+                lambda v: v == "reduce-overhead",
+            )
+        )
+    return _suggest(
+        f"the GPU is busy only {_pct(busy)} of the step (waiting on the host): fewer, "
+        "larger kernels cut the per-kernel launch overhead",
+        ideas,
+        evidence,
+    )
+
+
+def _compute_tip(
+    compute: float, c: dict[str, Any], cuda: bool, evidence: Evidence | None = None
+) -> str:
+    ideas: list[Idea] = []
     if c.get("amp_dtype", "fp32") == "fp32":
         ideas.append(
-            "bf16/fp16 autocast (amp_dtype) on tensor cores"
-            if cuda
-            else "bf16 autocast (amp_dtype) only on a CPU with native bf16 (AMX, AVX512-BF16)"
+            (
+                "bf16/fp16 autocast (amp_dtype) on tensor cores"
+                if cuda
+                else "bf16 autocast (amp_dtype) only on a CPU with native bf16 (AMX, AVX512-BF16)",
+                "amp_dtype",
+                lambda v: v != "fp32",
+            )
         )
     if c.get("compile_mode", "off") == "off":
-        ideas.append("torch.compile (compile_mode) to fuse kernels")
+        ideas.append(
+            ("torch.compile (compile_mode) to fuse kernels", "compile_mode", lambda v: v != "off")
+        )
     if c.get("gradient_checkpointing"):
-        ideas.append("gradient_checkpointing off if memory allows (it re-runs block forwards)")
+        ideas.append(
+            (
+                "gradient_checkpointing off if memory allows (it re-runs block forwards)",
+                "gradient_checkpointing",
+                lambda v: not v,
+            )
+        )
     if cuda and c.get("matmul_precision", "highest") == "highest":
-        ideas.append("TF32 matmuls (matmul_precision: high)")
-    tip = f"the step is compute-bound ({_pct(compute)} in forward and backward)"
-    return tip + (": try " + ", ".join(ideas) if ideas else ": the knobs here are used up")
+        ideas.append(
+            ("TF32 matmuls (matmul_precision: high)", "matmul_precision", lambda v: v != "highest")
+        )
+    head = f"the step is compute-bound ({_pct(compute)} in forward and backward)"
+    return _suggest(head, ideas, evidence)

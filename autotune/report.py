@@ -13,6 +13,7 @@ from .results import REPEAT, TrialRecord, TuneResult
 from .tuner import Reporter
 
 if TYPE_CHECKING:
+    from .bottleneck import Evidence
     from .reporting import Report
 
 
@@ -168,7 +169,9 @@ def print_summary(result: TuneResult, console: Console | None = None) -> None:
         console.print(f"best config written to {result.best_config_path}")
 
 
-def _profile_lines(label: str, record: TrialRecord, profile: dict[str, Any]) -> list[str]:
+def _profile_lines(
+    label: str, record: TrialRecord, profile: dict[str, Any], evidence: Evidence | None = None
+) -> list[str]:
     from .bottleneck import advice
 
     head = f"bottleneck of the {label} (trial #{record.number}, {record.config.short()})"
@@ -179,7 +182,7 @@ def _profile_lines(label: str, record: TrialRecord, profile: dict[str, Any]) -> 
     lines = [f"{head}: {shares}" + (f" · GPU busy {busy:.0%}" if busy is not None else "")]
     top = ", ".join(f"{op['name'][:40]} {op['share']:.0%}" for op in profile["top_ops"][:4])
     lines.append(f"  top ops: {escape(top)}")
-    lines += [f"  [bold]advice:[/bold] {escape(tip)}" for tip in advice(profile)]
+    lines += [f"  [bold]advice:[/bold] {escape(tip)}" for tip in advice(profile, evidence)]
     if profile.get("trace_path"):
         lines.append(f"  trace: {profile['trace_path']}")
     return lines
@@ -187,15 +190,18 @@ def _profile_lines(label: str, record: TrialRecord, profile: dict[str, Any]) -> 
 
 def print_report(report: Report, console: Console | None = None) -> None:
     """The terminal side of ``autotune report``: summary, bottlenecks, where the files are."""
+    from .bottleneck import Evidence
+
     console = console or make_console()
     result = report.result
     print_summary(result, console)
+    evidence = Evidence.from_result(result)
     seen = set()
     for label, record in (("baseline", result.baseline), ("recommended config", result.best)):
         if record is None or record.number in seen or record.number not in report.profiles:
             continue
         seen.add(record.number)
-        for line in _profile_lines(label, record, report.profiles[record.number]):
+        for line in _profile_lines(label, record, report.profiles[record.number], evidence):
             console.print(line)
     for note in report.notes:
         console.print(f"[dim]note:[/dim] {escape(note)}")

@@ -148,6 +148,7 @@ def _trial_data(t: TrialRecord, result: TuneResult) -> dict[str, Any]:
 def report_data(result: TuneResult, profiles: dict[int, dict[str, Any]]) -> dict[str, Any]:
     """The report's facts as plain data (``report.json``)."""
     best, base = result.best, result.baseline
+    evidence = bottleneck.Evidence.from_result(result)
     return {
         "study": result.study_name,
         "storage": result.storage,
@@ -161,7 +162,9 @@ def report_data(result: TuneResult, profiles: dict[int, dict[str, Any]]) -> dict
         "global_batch": result.global_batch,
         "status_counts": result.status_counts(),
         "trials": [_trial_data(t, result) for t in result.trials if t.role != DUPLICATE],
-        "profiles": {str(n): {**p, "advice": bottleneck.advice(p)} for n, p in profiles.items()},
+        "profiles": {
+            str(n): {**p, "advice": bottleneck.advice(p, evidence)} for n, p in profiles.items()
+        },
     }
 
 
@@ -279,7 +282,9 @@ def _bar(shares: dict[str, float]) -> str:
     return f"<div class='bar'>{cells}</div>"
 
 
-def _profile_html(label: str, record: TrialRecord, p: dict[str, Any]) -> str:
+def _profile_html(
+    label: str, record: TrialRecord, p: dict[str, Any], evidence: bottleneck.Evidence | None
+) -> str:
     head = f"<h3>{_e(label)}: trial #{record.number} <code>{_e(record.config.short())}</code></h3>"
     if p.get("status") != "ok":
         return head + f"<p class='note'>profile failed: {_e(p.get('reason'))}</p>"
@@ -292,7 +297,7 @@ def _profile_html(label: str, record: TrialRecord, p: dict[str, Any]) -> str:
         "shares, not times)"
         + (f"; GPU busy {p['device_busy']:.0%}" if p.get("device_busy") is not None else "")
         + "</p>",
-        "<ul>" + "".join(f"<li>{_e(t)}</li>" for t in bottleneck.advice(p)) + "</ul>",
+        "<ul>" + "".join(f"<li>{_e(t)}</li>" for t in bottleneck.advice(p, evidence)) + "</ul>",
     ]
     for key, title in (("top_ops", "host ops"), ("top_kernels", "GPU kernels")):
         ops = p.get(key)
@@ -368,6 +373,7 @@ def render_html(
         for name, path in files.items()
     )
     profile_parts = []
+    evidence = bottleneck.Evidence.from_result(result)
     for label, record in (("baseline", result.baseline), ("recommended", result.best)):
         if record is not None and record.number in profiles:
             if (
@@ -376,7 +382,7 @@ def render_html(
                 and record.number == result.baseline.number
             ):
                 continue
-            profile_parts.append(_profile_html(label, record, profiles[record.number]))
+            profile_parts.append(_profile_html(label, record, profiles[record.number], evidence))
     bottlenecks = "".join(profile_parts) or (
         "<p>Not profiled: run <code>autotune report</code> without <code>--no-profile</code>.</p>"
     )

@@ -8,9 +8,10 @@ import pytest
 import torch
 from workloads import MLP, Blobs, _loss
 
-from autotune import Config, apply, load_space
+from autotune import Config, Measurement, apply, load_space
 from autotune._profile import Event, summarize
-from autotune.bottleneck import advice
+from autotune.bottleneck import Evidence, advice
+from autotune.results import TrialRecord, TuneResult
 from autotune.runner import profile_trial
 from autotune.training import PHASE_PREFIX, phase
 
@@ -76,6 +77,42 @@ def test_advice_names_the_bottleneck_and_the_knob():
         "no single part dominates the step: the config is balanced"
     ]
     assert advice({"status": "failed", "reason": "boom"}) == ["no profile: failed: boom"]
+
+
+def _record(number, value, status="ok", **knobs):
+    config = Config(**knobs)
+    m = Measurement(status="ok", samples_per_s=value)
+    return TrialRecord(
+        number, config, m, value, role="baseline" if number == 0 else "search", status=status
+    )
+
+
+def test_advice_does_not_repeat_a_suggestion_the_study_measured():
+    # bf16 lost by 40%, compile won, checkpointing off was never measured.
+    result = TuneResult.from_trials(
+        "s",
+        "memory",
+        [
+            _record(0, 100.0, gradient_checkpointing=True),
+            _record(1, 90.0, amp_dtype="bf16", gradient_checkpointing=True),
+            _record(2, 150.0, compile_mode="default", gradient_checkpointing=True),
+            _record(3, 0.0, "oom", optimizer_impl="fused", gradient_checkpointing=True),
+        ],
+    )
+    evidence = Evidence.from_result(result)
+    base = {"amp_dtype": "fp32", "compile_mode": "off", "gradient_checkpointing": True}
+    (tip,) = advice(_profile(forward=0.45, backward=0.45, config=base), evidence)
+    assert tip.startswith("the step is compute-bound (90% in forward and backward): try ")
+    assert "try gradient_checkpointing off if memory allows" in tip
+    assert "bf16 autocast (amp_dtype)" in tip.split("already measured: ")[1]
+    assert "(1 trial measured here, the best 40% slower than the recommended config)" in tip
+    assert "torch.compile (compile_mode) to fuse kernels (the recommended config has it)" in tip
+    tip = advice(_profile(optimizer=0.3, forward=0.25, backward=0.25), evidence)[0]
+    assert tip.startswith("the optimizer step takes 30% of the step: already measured: ")
+    assert "optimizer_impl" in tip and "every such trial was infeasible (oom)" in tip
+    # Without evidence the suggestions stand as they are.
+    (tip,) = advice(_profile(forward=0.45, backward=0.45, config=base))
+    assert "already measured" not in tip and "bf16 autocast" in tip.split("try ")[1]
 
 
 def test_a_real_profile_runs_in_a_subprocess_and_writes_a_trace(write_space, tmp_path):
