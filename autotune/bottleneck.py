@@ -127,6 +127,8 @@ class Evidence:
         if speeds:
             slower = 1 - max(speeds) / self.best_value
             n = f"{len(runs)} trial{'s' if len(runs) > 1 else ''}"
+            if slower < 0.005:
+                return f"{n} measured here, the best as fast as the recommended config"
             return f"{n} measured here, the best {slower:.0%} slower than the recommended config"
         statuses = ", ".join(sorted({status for _, status in runs}))
         return f"measured here: every such trial was infeasible ({statuses})"
