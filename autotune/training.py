@@ -16,16 +16,26 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from .config import Config
-from .errors import first_line
+from .errors import AutotuneError, first_line
 from .graph import compile_model
 
 _AMP = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def resolve_device(device: str = "auto") -> torch.device:
-    """``"auto"`` picks CUDA when available, else the CPU."""
+    """``"auto"`` picks CUDA when available, else the CPU.
+
+    Raises:
+        AutotuneError: ``"cuda"`` was asked for where torch sees no CUDA device.
+    """
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        build = "a CPU-only build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}"
+        raise AutotuneError(
+            f"device: cuda, but torch {torch.__version__} ({build}) sees no CUDA device "
+            "here; use device: auto or cpu, or run where a GPU is visible"
+        )
     return torch.device(device)
 
 

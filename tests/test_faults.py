@@ -11,7 +11,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from conftest import HERE, ROOT
+from conftest import HERE, ROOT, cuda_available
 
 from autotune import load_space, tune
 
@@ -187,6 +187,12 @@ def test_ctrl_c_stops_cleanly_and_resumes(write_space, tmp_path):
             "cannot open storage 'sqlite:////nonexistent/dir/x.db'",
         ),
         ("workload: {workloads}:tiny\n", ("--storage", "nosuchdb://x"), "cannot open storage"),
+        pytest.param(
+            "workload: {workloads}:tiny\ndevice: cuda\n",
+            (),
+            "device: cuda, but torch",
+            marks=pytest.mark.skipif(cuda_available(), reason="a GPU is visible here"),
+        ),
     ],
 )
 def test_bad_input_is_one_line(write_space, tmp_path, space_text, args, message):
