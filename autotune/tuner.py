@@ -186,14 +186,21 @@ class Tuner:
                 "died; marked failed and queued again"
             )
         trials = records(study)
-        if baseline_of(trials) is None and BASELINE not in _waiting_roles(study):
-            study.enqueue_trial(
-                encode(self.space, self.space.baseline), user_attrs={"role": BASELINE}
-            )
+        self._queue_baseline(study, trials)
         self.reference = self._reference(study, trials)
         self._search(study)
         self._confirm(study)
         return self._result(study)
+
+    def _queue_baseline(self, study: optuna.Study, trials: list[TrialRecord]) -> None:
+        """Queue the baseline unless it is measured, queued or being measured. Two workers
+        starting at once may both queue it; :func:`_claim` lets only one measure it."""
+        if baseline_of(trials) is None and BASELINE not in (
+            _waiting_roles(study) + _running_roles(study)
+        ):
+            study.enqueue_trial(
+                encode(self.space, self.space.baseline), user_attrs={"role": BASELINE}
+            )
 
     def _search(self, study: optuna.Study) -> None:
         """Sample and measure until the budget is spent or the space is exhausted.
@@ -255,8 +262,7 @@ class Tuner:
                 if key in measured or key in running:  # not ours: another worker queued it
                     study.tell(trial, state=optuna.trial.TrialState.FAIL)
                     continue
-            trial.set_user_attr("config_key", key)
-            if _claimed_before(study, trial.number, key):  # a worker beside us raced us to it
+            if not _claim(study, trial, key):  # a worker beside us raced us to it
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
                 dup_streak += 1
                 continue
@@ -332,6 +338,14 @@ class Tuner:
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
                 return self._reference(study, records(study))
             sample(self.space, trial)  # takes the enqueued baseline params
+            if not _claim(study, trial, config.key()):  # a second queued baseline: drop it
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                # Both claimants may have backed off: after a random pause (so that two
+                # workers fall out of step), queue it again unless someone has.
+                time.sleep(random.uniform(0.1, 1.0))
+                trials = records(study)
+                self._queue_baseline(study, trials)
+                return self._reference(study, trials)
             m = self._run(study, trial, config)
             record = self._tell(
                 study, trial, config, m, BASELINE, reference=m.losses if m.ok else None
@@ -408,11 +422,11 @@ class Tuner:
             memory_budget_bytes=self.memory_budget,
         )
         value = scoring.objective(m, self.space.trial)
-        attrs = {
+        attrs = {  # role first: a duplicate or repeat never looks like a claimant
+            "role": role,
             "config": config.to_dict(),
             "config_key": config.key(),
             "measurement": m.to_dict(),
-            "role": role,
             "status": verdict.status,
             "reason": verdict.reason,
             "loss_deviation": verdict.loss_deviation,
@@ -460,12 +474,18 @@ class Tuner:
         return result
 
 
-def _claimed_before(study: optuna.Study, number: int, key: str) -> bool:
-    """Whether an earlier trial (running or finished) measures the same config; checked
-    after claiming it, so of two workers that sampled it at once only the first runs it."""
+def _claim(study: optuna.Study, trial: optuna.Trial, key: str) -> bool:
+    """Mark ``trial`` as measuring config ``key``; False if another trial (running or
+    finished, of this worker or another) already is, and the caller must not measure it.
+
+    Each claimant writes its key before it looks for others, so of two workers claiming
+    the same config at once at least one sees the other: never do both measure it. Both
+    may see each other and back off; the config then stays free for a later trial.
+    """
+    trial.set_user_attr("config_key", key)
     states = (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.COMPLETE)
-    return any(
-        t.number < number
+    return not any(
+        t.number != trial.number
         and t.user_attrs.get("config_key") == key
         and t.user_attrs.get("role") not in (DUPLICATE, REPEAT)
         for t in study.get_trials(deepcopy=False, states=states)

@@ -111,3 +111,34 @@ def test_three_workers_share_a_study_and_survive_a_killed_worker(write_space, tm
     assert [t.user_attrs.get("role") for t in done].count("baseline") == 1
     assert "reference" in study.user_attrs
     assert wait_no_children(tmp_path) == []
+
+
+def test_of_two_workers_claiming_one_config_at_most_one_measures_it():
+    from autotune.tuner import _claim
+
+    study = optuna.create_study()
+    a, b = study.ask(), study.ask()
+    # b writes and looks before a has written: b sees no rival; a, looking later, sees b.
+    # (Comparing trial numbers alone would let both run: a is the earlier trial.)
+    assert _claim(study, b, "K") is True
+    assert _claim(study, a, "K") is False
+    # Both write before either looks: both back off, and the config stays free.
+    c, d = study.ask(), study.ask()
+    c.set_user_attr("config_key", "L")
+    assert _claim(study, d, "L") is False and _claim(study, c, "L") is False
+    study.tell(c, state=optuna.trial.TrialState.FAIL)
+    study.tell(d, state=optuna.trial.TrialState.FAIL)
+    assert _claim(study, study.ask(), "L") is True
+
+
+def test_the_baseline_is_not_queued_again_while_a_worker_measures_it(write_space):
+    from autotune import load_space
+    from autotune.tuner import BASELINE, Tuner, _waiting_roles
+
+    tuner = Tuner(load_space(write_space(SPACE)), storage="memory")
+    study = optuna.create_study()
+    tuner._queue_baseline(study, [])
+    assert _waiting_roles(study) == [BASELINE]
+    study.ask()  # a worker took it and measures it now
+    tuner._queue_baseline(study, [])
+    assert _waiting_roles(study) == []
