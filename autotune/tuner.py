@@ -341,10 +341,12 @@ class Tuner:
             if not _claim(study, trial, config.key()):  # a second queued baseline: drop it
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
                 # Both claimants may have backed off: after a random pause (so that two
-                # workers fall out of step), queue it again unless someone has.
+                # workers fall out of step), queue it again if nobody measures it.
                 time.sleep(random.uniform(0.1, 1.0))
                 trials = records(study)
-                self._queue_baseline(study, trials)
+                measured = {t.config.key() for t in trials if t.role not in (DUPLICATE, REPEAT)}
+                if config.key() not in measured | _running_keys(study):
+                    self._queue_baseline(study, trials)
                 return self._reference(study, trials)
             m = self._run(study, trial, config)
             record = self._tell(
