@@ -344,8 +344,7 @@ class Tuner:
                 # workers fall out of step), queue it again if nobody measures it.
                 time.sleep(random.uniform(0.1, 1.0))
                 trials = records(study)
-                measured = {t.config.key() for t in trials if t.role not in (DUPLICATE, REPEAT)}
-                if config.key() not in measured | _running_keys(study):
+                if not _held(study, config.key()):
                     self._queue_baseline(study, trials)
                 return self._reference(study, trials)
             m = self._run(study, trial, config)
@@ -485,9 +484,14 @@ def _claim(study: optuna.Study, trial: optuna.Trial, key: str) -> bool:
     may see each other and back off; the config then stays free for a later trial.
     """
     trial.set_user_attr("config_key", key)
+    return not _held(study, key, other_than=trial.number)
+
+
+def _held(study: optuna.Study, key: str, other_than: int | None = None) -> bool:
+    """Whether a running or finished trial (not a duplicate or repeat) measures ``key``."""
     states = (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.COMPLETE)
-    return not any(
-        t.number != trial.number
+    return any(
+        t.number != other_than
         and t.user_attrs.get("config_key") == key
         and t.user_attrs.get("role") not in (DUPLICATE, REPEAT)
         for t in study.get_trials(deepcopy=False, states=states)
