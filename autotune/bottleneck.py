@@ -265,9 +265,7 @@ def _launch_tip(busy: float, c: dict[str, Any], evidence: Evidence | None) -> st
     )
 
 
-def _compute_tip(
-    compute: float, c: dict[str, Any], cuda: bool, evidence: Evidence | None = None
-) -> str:
+def _compute_tip(compute: float, c: dict[str, Any], cuda: bool, evidence: Evidence | None) -> str:
     ideas: list[Idea] = []
     if c.get("amp_dtype", "fp32") == "fp32":
         ideas.append(
