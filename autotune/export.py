@@ -110,8 +110,8 @@ def _unmapped(mapped: trainers.Mapped, prefix: str = "# ") -> list[str]:
     return lines
 
 
-def _hf(values: dict[str, Any]) -> list[str]:
-    mapped = trainers.hf_training_arguments(values)
+def _hf(values: dict[str, Any], device: str | None = None) -> list[str]:
+    mapped = trainers.hf_training_arguments(values, device)
     return [
         "# Hugging Face transformers.TrainingArguments keyword arguments",
         *_py_dict("training_args_kwargs", mapped.kwargs["TrainingArguments"]),
@@ -179,7 +179,10 @@ def export_config(
     if fmt == "yaml":
         body = {"config": values, **{k: v for k, v in (evidence or {}).items() if k != "config"}}
         return "".join(f"# {h}\n" for h in header) + yaml.safe_dump(body, sort_keys=False)
-    lines = {"hf": _hf, "lightning": _lightning, "env": _env}[fmt](values)
+    if fmt == "hf":
+        lines = _hf(values, ((evidence or {}).get("environment") or {}).get("device"))
+    else:
+        lines = {"lightning": _lightning, "env": _env}[fmt](values)
     return "\n".join([*(f"# {h}" for h in header), *lines]) + "\n"
 
 

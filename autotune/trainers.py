@@ -108,7 +108,7 @@ def _compile(rules: _Rules) -> tuple[bool, str | None]:
     return mode != "off", (None if mode in ("off", "default") else mode)
 
 
-def hf_training_arguments(values: Mapping[str, Any]) -> Mapped:
+def hf_training_arguments(values: Mapping[str, Any], device: str | None = None) -> Mapped:
     """``transformers.TrainingArguments`` keyword arguments for a config.
 
     Field names are those documented for ``TrainingArguments`` (transformers
@@ -116,16 +116,22 @@ def hf_training_arguments(values: Mapping[str, Any]) -> Mapped:
     ``gradient_accumulation_steps``, ``bf16``, ``fp16``, ``tf32``,
     ``dataloader_num_workers``, ``dataloader_pin_memory``,
     ``dataloader_persistent_workers``, ``dataloader_prefetch_factor``, ``torch_compile``,
-    ``torch_compile_mode``, ``gradient_checkpointing``, ``optim``.
+    ``torch_compile_mode``, ``gradient_checkpointing``, ``optim``, ``use_cpu``.
 
     Args:
         values: a ``Config.to_dict()`` (or any mapping of knob name to value).
+        device: where the config was measured (``cpu``/``cuda``, from its environment);
+            ``cpu`` adds ``use_cpu=True``.
     """
     r = _Rules(HF, values)
     kw: dict[str, Any] = {
         "per_device_train_batch_size": r.take("batch_size", KNOBS["batch_size"].default),
         "gradient_accumulation_steps": r.take("accumulation_steps", 1),
     }
+    if device == "cpu":
+        # Otherwise the Trainer takes a GPU where it finds one, and refuses bf16 without.
+        kw["use_cpu"] = True
+        r.notes.append("measured on the CPU: use_cpu=True keeps the Trainer on the CPU")
     amp = r.take("amp_dtype", "fp32")
     kw["bf16"], kw["fp16"] = amp == "bf16", amp == "fp16"
     workers = r.take("num_workers", 0)
@@ -146,7 +152,8 @@ def hf_training_arguments(values: Mapping[str, Any]) -> Mapped:
     if kw["gradient_checkpointing"]:
         r.notes.append(
             "gradient_checkpointing: HF checkpoints the model's own layers "
-            "(gradient_checkpointing_enable), which may not be the blocks autotune measured"
+            "(gradient_checkpointing_enable), which may not be the blocks autotune measured; "
+            "transformers 5.x renames it activation_checkpointing (the old name still works)"
         )
     if "matmul_precision" in r:
         precision = r.values["matmul_precision"]

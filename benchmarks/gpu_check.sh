@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# The GPU check: the `cuda`-marked tests, then a real study on the GPU, in one short run.
+# The GPU check: the `cuda`-marked tests, the trainer exports against the real transformers
+# and Lightning, then a real study on the GPU, in one short run.
 #
 # On the CPU machine (once per session; the wheels are ignored by git):
 #     bash benchmarks/gpu_check.sh fetch
 # then on the lent GPU machine, in one call of the device tool:
 #     run(command="bash benchmarks/gpu_check.sh", carry=[".whl"], timeout_s=600)
-# The steps are capped at 240 s (tests) + 300 s (study) + 30 s, so the call fits a
-# 15-minute device budget with the machine's start; a capped study keeps what it stored.
+# The steps are capped at 210 s (cuda tests) + 60 s (exports) + 270 s (study) + 30 s, so
+# the call fits a 15-minute device budget with the machine's start; a capped study keeps
+# what it stored.
 #
 # The GPU image has torch (and pytest, pyyaml, rich, matplotlib, nvidia-ml-py, joblib)
 # but no Optuna: `fetch` downloads Optuna and what it needs that the image lacks, as
@@ -51,16 +53,23 @@ export MPLCONFIGDIR=/tmp/autotune-mpl
 } 2>&1 | tee "$out/versions.txt"
 
 start=$(date +%s)
-timeout 240 python3 -m pytest -q -m cuda -p no:cacheprovider tests 2>&1 | tee "$out/cuda-tests.log"
+timeout 210 python3 -m pytest -q -m cuda -p no:cacheprovider tests 2>&1 | tee "$out/cuda-tests.log"
 tests_rc=${PIPESTATUS[0]}
 echo "cuda tests: exit $tests_rc in $(( $(date +%s) - start )) s" | tee -a "$out/summary.txt"
 
+# The image has transformers, accelerate and Lightning: the exports are built for real there.
+start=$(date +%s)
+timeout 60 python3 -m pytest -q -p no:cacheprovider tests/test_export.py 2>&1 \
+    | tee "$out/export-tests.log"
+export_rc=${PIPESTATUS[0]}
+echo "export tests: exit $export_rc in $(( $(date +%s) - start )) s" | tee -a "$out/summary.txt"
+
 start=$(date +%s)
 rm -f /tmp/autotune-gpu-check.db
-timeout 300 python3 -m autotune run benchmarks/spaces/gpu_check.yaml --out /tmp/gpu-check-runs \
+timeout 270 python3 -m autotune run benchmarks/spaces/gpu_check.yaml --out /tmp/gpu-check-runs \
     2>&1 | tee "$out/study.log"
 study_rc=${PIPESTATUS[0]}
 echo "study: exit $study_rc in $(( $(date +%s) - start )) s" | tee -a "$out/summary.txt"
 cp /tmp/gpu-check-runs/gpu_check/best_config.yaml "$out/" 2>/dev/null
 timeout 30 python3 -m autotune show benchmarks/spaces/gpu_check.yaml > "$out/show.txt" 2>&1
-[[ $tests_rc == 0 && $study_rc == 0 ]]
+[[ $tests_rc == 0 && $export_rc == 0 && $study_rc == 0 ]]

@@ -29,7 +29,8 @@ KNOWN = Config(
 # transformers.TrainingArguments fields this exporter may emit, as documented in
 # transformers' src/transformers/training_args.py (TrainingArguments docstring, 4.36+ and 5.x:
 # "Mixed Precision Training", "Dataloader", "Compilation", "Gradient Checkpointing",
-# "Optimizer" sections). transformers is not installed in the test environment on purpose.
+# "Optimizer" sections). transformers is not installed in CI on purpose (heavy); where it is
+# (the GPU image), the test checks the real dataclass and builds TrainingArguments on a GPU.
 HF_DOCUMENTED_FIELDS = {
     "per_device_train_batch_size",
     "gradient_accumulation_steps",
@@ -44,6 +45,7 @@ HF_DOCUMENTED_FIELDS = {
     "torch_compile_mode",
     "gradient_checkpointing",
     "optim",
+    "use_cpu",
 }
 # lightning.pytorch.Trainer(...) arguments used (Lightning 2.x Trainer API reference).
 LIGHTNING_TRAINER_ARGS = {"precision", "accumulate_grad_batches", "benchmark"}
@@ -77,7 +79,7 @@ def test_yaml_and_json_load_back_to_the_same_config(fmt, tmp_path):
     assert load_best(path)[1]["measured"]["trial"] == 3
 
 
-def test_hf_kwargs_carry_the_values_under_documented_names():
+def test_hf_kwargs_carry_the_values_under_documented_names(tmp_path):
     text = export_config(KNOWN, "hf")
     ns: dict = {}
     exec(text, ns)  # the snippet is valid Python
@@ -95,7 +97,29 @@ def test_hf_kwargs_carry_the_values_under_documented_names():
     except ImportError:
         return
     fields = {f.name for f in __import__("dataclasses").fields(transformers.TrainingArguments)}
+    assert set(kw) <= fields | {"use_cpu"}
+    # Built for real as measured here: on a GPU, or on the CPU with use_cpu (bf16 is refused
+    # on a CPU without it).
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    kw = hf_training_arguments(KNOWN.to_dict(), device).kwargs["TrainingArguments"]
     assert set(kw) <= fields
+    try:
+        args = transformers.TrainingArguments(output_dir=str(tmp_path), **kw)
+    except ImportError:  # TrainingArguments needs accelerate
+        return
+    assert args.per_device_train_batch_size == 64 and args.gradient_accumulation_steps == 2
+    assert args.bf16 and args.torch_compile_mode == "max-autotune"
+    assert args.device.type == device
+
+
+def test_hf_export_of_a_cpu_measured_config_keeps_the_trainer_on_the_cpu():
+    text = export_config(KNOWN, "hf", evidence={"environment": {"device": "cpu"}})
+    ns: dict = {}
+    exec(text, ns)
+    assert ns["training_args_kwargs"]["use_cpu"] is True
+    assert "measured on the CPU: use_cpu=True" in text
+    gpu = export_config(KNOWN, "hf", evidence={"environment": {"device": "cuda"}})
+    assert "use_cpu" not in gpu
 
 
 def test_lightning_kwargs_carry_the_values_and_the_dataloader_accepts_them():
@@ -118,6 +142,12 @@ def test_lightning_kwargs_carry_the_values_and_the_dataloader_accepts_them():
     assert "compile_mode='max-autotune': no equivalent in Trainer arguments" in text
     assert "torch.compile(model, mode='max-autotune')" in text
     assert "gradient_checkpointing=True: no equivalent" in text
+    try:  # where Lightning is installed (the GPU image has it), the Trainer takes them
+        from lightning.pytorch import Trainer
+    except ImportError:
+        return
+    t = Trainer(**trainer, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    assert t.accumulate_grad_batches == 2
 
 
 def test_env_fragment_reads_back_to_the_same_config():
