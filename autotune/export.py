@@ -132,10 +132,10 @@ def _lightning(values: dict[str, Any]) -> list[str]:
     ]
 
 
-def _env(values: dict[str, Any]) -> list[str]:
+def _env(values: dict[str, Any], device: str | None = None) -> list[str]:
     import shlex
 
-    env, mapped = trainers.shell_fragment(values)
+    env, mapped = trainers.shell_fragment(values, device)
     flags = " ".join(
         shlex.quote(a) for a in trainers.hf_cli_args(mapped.kwargs["TrainingArguments"])
     )
@@ -179,10 +179,11 @@ def export_config(
     if fmt == "yaml":
         body = {"config": values, **{k: v for k, v in (evidence or {}).items() if k != "config"}}
         return "".join(f"# {h}\n" for h in header) + yaml.safe_dump(body, sort_keys=False)
-    if fmt == "hf":
-        lines = _hf(values, ((evidence or {}).get("environment") or {}).get("device"))
-    else:
-        lines = {"lightning": _lightning, "env": _env}[fmt](values)
+    if fmt == "lightning":
+        lines = _lightning(values)
+    else:  # the HF mappings depend on where the config was measured (use_cpu)
+        device = ((evidence or {}).get("environment") or {}).get("device")
+        lines = {"hf": _hf, "env": _env}[fmt](values, device)
     return "\n".join([*(f"# {h}" for h in header), *lines]) + "\n"
 
 

@@ -209,14 +209,17 @@ def lightning_kwargs(values: Mapping[str, Any]) -> Mapped:
     return r.finish({"Trainer": trainer, "DataLoader": loader})
 
 
-def shell_fragment(values: Mapping[str, Any]) -> tuple[list[str], Mapped]:
+def shell_fragment(
+    values: Mapping[str, Any], device: str | None = None
+) -> tuple[list[str], Mapped]:
     """Environment lines (every knob as ``AUTOTUNE_<KNOB>``, plus variables torch reads)
-    and the Hugging Face mapping for a ``HfArgumentParser`` command line."""
+    and the Hugging Face mapping for a ``HfArgumentParser`` command line (``device`` as
+    for :func:`hf_training_arguments`)."""
     lines = [f"export AUTOTUNE_{k.upper()}={shlex.quote(_env(v))}" for k, v in values.items()]
     threads = values.get("num_threads")
     if threads:  # 0 means "leave torch's default"
         lines.append(f"export OMP_NUM_THREADS={int(threads)}  # num_threads")
-    return lines, hf_training_arguments(values)
+    return lines, hf_training_arguments(values, device)
 
 
 def _env(value: Any) -> str:

@@ -120,6 +120,8 @@ def test_hf_export_of_a_cpu_measured_config_keeps_the_trainer_on_the_cpu():
     assert "measured on the CPU: use_cpu=True" in text
     gpu = export_config(KNOWN, "hf", evidence={"environment": {"device": "cuda"}})
     assert "use_cpu" not in gpu
+    env = export_config(KNOWN, "env", evidence={"environment": {"device": "cpu"}})
+    assert "--use_cpu True" in env
 
 
 def test_lightning_kwargs_carry_the_values_and_the_dataloader_accepts_them():
