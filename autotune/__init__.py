@@ -1,7 +1,8 @@
 """autotune: find the fastest way to train a PyTorch model on this machine, and prove it.
 
-The public API is re-exported here. Names that need torch are imported lazily, so
-``import autotune`` (and the driver process) stays light.
+The public API is re-exported here, each name imported on first use: ``import autotune``
+(and the driver process) stays light, and only ``apply``/``Applied``/``apply_workload``
+(the code a trial runs, :mod:`autotune.trial.apply`) import torch.
 """
 
 from __future__ import annotations
@@ -35,13 +36,14 @@ __all__ = [
     "load_config",
     "load_space",
     "make_report",
+    "run_workers",
     "tune",
 ]
 
 _WHERE = {
-    "Applied": "training",
-    "apply": "training",
-    "apply_workload": "training",
+    "Applied": "trial.apply",
+    "apply": "trial.apply",
+    "apply_workload": "trial.apply",
     "AutotuneError": "errors",
     "SpaceError": "errors",
     "StorageError": "errors",
@@ -49,19 +51,20 @@ _WHERE = {
     "Config": "config",
     "load_config": "config",
     "Measurement": "measurement",
-    "Mapped": "trainers",
-    "hf_training_arguments": "trainers",
-    "lightning_kwargs": "trainers",
-    "config_from_env": "export",
-    "export_config": "export",
-    "load_best": "export",
-    "Report": "reporting",
-    "make_report": "reporting",
+    "Mapped": "output.trainer_args",
+    "hf_training_arguments": "output.trainer_args",
+    "lightning_kwargs": "output.trainer_args",
+    "config_from_env": "output.export",
+    "export_config": "output.export",
+    "load_best": "output.export",
+    "Report": "output.report",
+    "make_report": "output.report",
     "Space": "space",
-    "load_space": "space",
+    "load_space": "space_file",
     "TrialRecord": "results",
     "TuneResult": "results",
-    "tune": "tuner",
+    "tune": "study.tuner",
+    "run_workers": "study.workers",
     "Workload": "workload",
 }
 

@@ -7,7 +7,7 @@ import os
 import sys
 import traceback
 
-from .errors import AutotuneError
+from .errors import ArgumentError, AutotuneError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -28,8 +28,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--worker-index",
         type=int,
-        default=int(os.environ.get("AUTOTUNE_WORKER_INDEX", "0")),
-        help="this worker's number when several share a study (seed offset)",
+        help="this worker's number when several share a study (seed offset; "
+        "default: $AUTOTUNE_WORKER_INDEX or 0)",
     )
     run.add_argument("--no-summary", action="store_true", help=argparse.SUPPRESS)
 
@@ -78,15 +78,42 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _run(args: argparse.Namespace) -> int:
-    from .report import ConsoleReporter, print_summary
-    from .space import load_space
-    from .tuner import tune
+def _worker_index(args: argparse.Namespace) -> int:
+    """``--worker-index``, else ``AUTOTUNE_WORKER_INDEX``, else 0."""
+    if args.worker_index is not None:
+        return args.worker_index
+    raw = os.environ.get("AUTOTUNE_WORKER_INDEX", "0")
+    try:
+        return int(raw)
+    except ValueError:
+        raise ArgumentError(f"AUTOTUNE_WORKER_INDEX must be an integer but got {raw!r}") from None
 
+
+def _run(args: argparse.Namespace) -> int:
+    from .output.console import ConsoleReporter, print_summary
+    from .space_file import load_space
+    from .study.tuner import check_arguments, tune
+    from .study.workers import run_workers
+
+    worker_index = _worker_index(args)
+    check_arguments(args.n_trials, args.timeout, worker_index)
+    reporter = ConsoleReporter(prefix=f"[w{worker_index}] " if args.no_summary else "")
+    if args.gpus is not None or (args.jobs is not None and args.jobs != 1):
+        result = run_workers(
+            args.space,
+            jobs=args.jobs,
+            gpus=args.gpus,
+            n_trials=args.n_trials,
+            timeout_s=args.timeout,
+            storage=args.storage,
+            study_name=args.study_name,
+            out_dir=args.out,
+            worker_index=worker_index,
+            reporter=reporter,
+        )
+        print_summary(result, reporter.console)
+        return 0 if result.best is not None else 2
     space = load_space(args.space)
-    if args.gpus or (args.jobs and args.jobs > 1):
-        return _run_workers(args, space)
-    reporter = ConsoleReporter(prefix=f"[w{args.worker_index}] " if args.no_summary else "")
     reporter.console.print(
         f"autotune: study {args.study_name or space.study.name} "
         f"in {args.storage or space.study.storage}"
@@ -99,7 +126,7 @@ def _run(args: argparse.Namespace) -> int:
         study_name=args.study_name,
         out_dir=args.out,
         reporter=reporter,
-        worker_index=args.worker_index,
+        worker_index=worker_index,
     )
     if args.no_summary:
         return 0 if result.best is not None else 2
@@ -121,86 +148,8 @@ def _run(args: argparse.Namespace) -> int:
     return 0 if result.best is not None else 2
 
 
-def _gpu_ids(spec: str) -> list[str]:
-    if spec != "all":
-        ids = [g.strip() for g in spec.split(",") if g.strip()]
-        if not ids or not all(g.isdigit() for g in ids):
-            raise AutotuneError(f"--gpus must be 'all' or a list like 0,1,2 but got {spec!r}")
-        return ids
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        count = pynvml.nvmlDeviceGetCount()
-        pynvml.nvmlShutdown()
-    except Exception as e:  # no driver, no library: NVMLError and friends
-        raise AutotuneError(f"--gpus all: no NVIDIA GPUs found here ({e})") from None
-    if count == 0:
-        raise AutotuneError("--gpus all: no NVIDIA GPUs found here")
-    return [str(i) for i in range(count)]
-
-
-def _run_workers(args: argparse.Namespace, space) -> int:
-    """Several workers on this machine share one study: one per GPU, or N on the CPU."""
-    import subprocess
-
-    from .tuner import open_study
-
-    storage = args.storage or space.study.storage
-    name = args.study_name or space.study.name
-    open_study(space, storage, name)  # create it once: workers starting together only load it
-    if args.gpus:
-        devices: list[str | None] = list(_gpu_ids(args.gpus))
-    else:
-        devices = [None] * args.jobs
-        print(
-            f"autotune: warning: {args.jobs} CPU workers share this machine's cores; their "
-            "trials slow each other down, so throughputs are distorted. Prefer one worker per "
-            "machine or per GPU.",
-            file=sys.stderr,
-        )
-    procs = []
-    for index, device in enumerate(devices):
-        cmd = [
-            sys.executable,
-            "-m",
-            "autotune",
-            "run",
-            args.space,
-            "--storage",
-            storage,
-            "--study-name",
-            name,
-            "--worker-index",
-            str(args.worker_index * len(devices) + index),  # unique across hosts too
-            "--no-summary",
-        ]
-        for flag, value in (
-            ("--n-trials", args.n_trials),
-            ("--timeout", args.timeout),
-            ("--out", args.out),
-        ):
-            if value is not None:
-                cmd += [flag, str(value)]
-        env = dict(os.environ)
-        if device is not None:
-            env["CUDA_VISIBLE_DEVICES"] = device
-        procs.append(subprocess.Popen(cmd, env=env))
-    try:
-        codes = [p.wait() for p in procs]
-    except KeyboardInterrupt:
-        for p in procs:
-            p.terminate()  # workers treat SIGTERM like Ctrl-C: trial killed, resumable
-        for p in procs:
-            p.wait()
-        raise
-    args.storage, args.study_name = storage, name
-    _show(args)
-    return max(codes) if any(codes) else 0
-
-
 def _validate(args: argparse.Namespace) -> int:
-    from .space import load_space
+    from .space_file import load_space
 
     space = load_space(args.space)
     searched = space.searched
@@ -212,9 +161,9 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from .report import print_summary
-    from .space import load_space
-    from .tuner import load_result
+    from .output.console import print_summary
+    from .space_file import load_space
+    from .study.storage import load_result
 
     _, result = load_result(load_space(args.space), args.storage, args.study_name)
     print_summary(result)
@@ -222,12 +171,10 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from .report import ConsoleReporter, print_report
-    from .reporting import make_report
-    from .space import load_space
+    from .output.console import ConsoleReporter, print_report
+    from .output.report import make_report
+    from .space_file import load_space
 
-    if args.profile_steps < 1:
-        raise AutotuneError(f"--profile-steps must be at least 1 but got {args.profile_steps}")
     reporter = ConsoleReporter()
     report = make_report(
         load_space(args.space),
@@ -246,7 +193,7 @@ def _report(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .export import export_config, load_best
+    from .output.export import export_config, load_best
 
     config, evidence = load_best(args.source, storage=args.storage, study_name=args.study_name)
     text = export_config(config, args.format, evidence=evidence)
@@ -262,16 +209,10 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _knobs(args: argparse.Namespace) -> int:
-    from .knobs import KNOBS
+    from .knobs import KNOBS, show
 
     for knob in KNOBS.values():
-        domain = (
-            ", ".join(map(str, knob.choices))
-            if knob.choices
-            else ("true/false" if knob.kind == "bool" else f"integer >= {knob.minimum}")
-        )
-        default = str(knob.default).lower() if knob.kind == "bool" else str(knob.default)
-        print(f"{knob.name:24} default {default:8} [{domain}]  {knob.help}")
+        print(f"{knob.name:24} default {show(knob.default):8} [{knob.domain}]  {knob.help}")
     return 0
 
 

@@ -5,15 +5,18 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import yaml
+
 from .errors import AutotuneError
-from .knobs import KNOBS
+from .knobs import KNOBS, show
 
 
 @dataclass(frozen=True)
 class Config:
-    """One value per knob. This is what a trial measures and what :func:`autotune.training` applies.
+    """One value per knob: what a trial measures and what :func:`autotune.apply` applies.
 
     ``batch_size`` is the micro-batch; one optimizer step sees
     ``batch_size * accumulation_steps`` samples (:attr:`global_batch`).
@@ -57,7 +60,7 @@ class Config:
             if values[name] != knob.default:
                 reason = knob.requires(values)
                 if reason:
-                    shown = _yaml(values[name])
+                    shown = show(values[name])
                     raise AutotuneError(f"config: {name}={shown} {reason}")
 
     @property
@@ -128,10 +131,6 @@ _SHORT = {
 }
 
 
-def _yaml(value: Any) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
 def resolve_inactive(values: Mapping[str, Any], keep: Collection[str] = ()) -> dict[str, Any]:
     """``values`` (every knob) with each inactive knob back at its default.
 
@@ -148,10 +147,6 @@ def resolve_inactive(values: Mapping[str, Any], keep: Collection[str] = ()) -> d
 
 def load_config(path: str) -> Config:
     """Load the ``config:`` section of a ``best_config.yaml`` (or a plain mapping file)."""
-    from pathlib import Path
-
-    import yaml
-
     try:
         data = yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError) as e:

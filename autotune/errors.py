@@ -31,6 +31,11 @@ class StorageError(AutotuneError):
     """The Optuna storage cannot be opened, or holds a study from another space."""
 
 
+class ArgumentError(AutotuneError, ValueError):
+    """An argument of a library call or of the command line is out of range, e.g.
+    ``n_trials must be at least 1 but got 0``. Also a ``ValueError``."""
+
+
 def first_line(exc: BaseException) -> str:
     """The informative start of an exception's message (compilers write pages).
 

@@ -1,6 +1,6 @@
 """The registry of knobs: what each one is, its allowed values, default, and where it applies.
 
-How a knob is *applied* lives in :mod:`autotune.training`; this module only knows values.
+How a knob is *applied* lives in :mod:`autotune.trial.apply`; this module only knows values.
 """
 
 from __future__ import annotations
@@ -88,14 +88,21 @@ class Knob:
                 raise ValueError(f"must be an integer >= {self.minimum} but got {value}")
             return value
         # YAML 1.1 reads bare `true`/`false`/`off` as booleans; accept them as those choices.
-        if isinstance(value, bool) and _show(value) in self.choices:
-            return _show(value)
+        if isinstance(value, bool) and show(value) in self.choices:
+            return show(value)
         if value is False and "off" in self.choices:
             return "off"
         if value not in self.choices:
             allowed = ", ".join(map(str, self.choices))
             raise ValueError(f"must be one of {allowed} but got {value!r}")
         return value
+
+    @property
+    def domain(self) -> str:
+        """The allowed values in words, as ``autotune knobs`` lists them."""
+        if self.choices:
+            return ", ".join(map(str, self.choices))
+        return "true/false" if self.kind == "bool" else f"integer >= {self.minimum}"
 
     @property
     def ordinal(self) -> bool:
@@ -113,7 +120,7 @@ class Knob:
         first: str | None = None
         while True:
             for combo in itertools.product(*(options[d] for d in deps)):
-                values = _Reads({**any_choice, **dict(zip(deps, combo, strict=True))})
+                values = Reads({**any_choice, **dict(zip(deps, combo, strict=True))})
                 reason = self.requires(values)
                 if reason is None:
                     return None
@@ -126,7 +133,12 @@ class Knob:
                 return first
 
 
-class _Reads(Mapping[str, Any]):
+def show(value: Any) -> str:
+    """A knob value as the space file writes it: ``true``/``false`` for booleans."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+class Reads(Mapping[str, Any]):
     """A mapping that records which keys were read (to find what a condition depends on)."""
 
     def __init__(self, values: dict[str, Any]) -> None:
@@ -235,17 +247,13 @@ def _optimizer_impl_unsupported(caps: Capabilities, value: str) -> str | None:
     return None
 
 
-def _show(value: Any) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
 def _needs(knob: str, ok: Callable[[Any], bool], wanted: str) -> Callable[..., str | None]:
     """A ``requires`` condition on one earlier knob, e.g. ``needs num_workers > 0``."""
 
     def requires(values: Mapping[str, Any]) -> str | None:
         if ok(values[knob]):
             return None
-        return f"needs {knob} {wanted} ({knob} is {_show(values[knob])})"
+        return f"needs {knob} {wanted} ({knob} is {show(values[knob])})"
 
     return requires
 
@@ -477,8 +485,3 @@ KNOBS: dict[str, Knob] = {
         ),
     )
 }
-
-
-def get_knob(name: str) -> Knob:
-    """Return the knob called ``name`` or raise ``KeyError``."""
-    return KNOBS[name]

@@ -7,10 +7,19 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-# Statuses. "ok" is the only one whose throughput may win.
+# Statuses a trial process or its supervisor gives; the driver's verdict adds
+# "over-memory" and "accuracy" (autotune.study.scoring). Only "ok" may win.
 OK, FAILED, OOM, TIMEOUT, NAN = "ok", "failed", "oom", "timeout", "nan"
 PRUNED = "pruned"  # stopped early: it could not beat the best so far
-STATUSES = (OK, FAILED, OOM, TIMEOUT, NAN, PRUNED)
+
+
+def compile_estimate_s(warmup_s: float, warmup_steps: int, step_s: float) -> float:
+    """What warm-up cost beyond steady-state steps: compilation, autotuning, caches.
+
+    The one estimate of ``compile_s``: the trial process computes it at the end of its
+    window, the pruner from the window's first steps.
+    """
+    return max(0.0, warmup_s - warmup_steps * step_s)
 
 
 @dataclass(frozen=True)
@@ -46,10 +55,6 @@ class Measurement:
     @property
     def ok(self) -> bool:
         return self.status == OK
-
-    @property
-    def final_loss(self) -> float | None:
-        return self.losses[-1] if self.losses else None
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

@@ -1,4 +1,8 @@
-"""Finished trials as values: what each measured, how it was judged, what won and by how much."""
+"""Finished trials as values: what each measured, how it was judged, what won and by how much.
+
+:func:`recommendation` and :func:`write_best_config` serialise a result as
+``best_config.yaml``, so the study writes it without knowing the output layer.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import optuna
+import yaml
 
 from .config import Config
 from .measurement import OK, PRUNED, Measurement
@@ -137,30 +141,6 @@ class TuneResult:
         return startup, share
 
 
-def records(study: optuna.Study) -> list[TrialRecord]:
-    """Every finished trial of a study, in order, repeats and duplicates included."""
-    out = []
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-        attrs = t.user_attrs
-        if "config" not in attrs:
-            continue
-        out.append(
-            TrialRecord(
-                number=t.number,
-                config=Config.from_dict(attrs["config"]),
-                measurement=Measurement.from_dict(attrs["measurement"]),
-                value=float(t.value) if t.value is not None else 0.0,
-                role=attrs.get("role", SEARCH),
-                status=attrs.get("status", attrs["measurement"].get("status", OK)),
-                reason=attrs.get("reason", ""),
-                duplicate_of=attrs.get("duplicate_of"),
-                loss_deviation=attrs.get("loss_deviation"),
-                repeat_of=attrs.get("repeat_of"),
-            )
-        )
-    return out
-
-
 def summarize(trials: list[TrialRecord]) -> list[TrialRecord]:
     """One record per measured config: repeats folded into their original (median value,
     spread, feasible only if every run was); duplicates dropped."""
@@ -208,3 +188,65 @@ def best_of(trials: list[TrialRecord]) -> TrialRecord | None:
 
 def baseline_of(trials: list[TrialRecord]) -> TrialRecord | None:
     return next((t for t in summarize(trials) if t.role == BASELINE), None)
+
+
+def recommendation(result: TuneResult) -> dict[str, Any]:
+    """The recommended config and its evidence as plain data (``best_config.yaml``)."""
+    best, base = result.best, result.baseline
+    if best is None:
+        raise ValueError("a result without a feasible trial has no recommendation")
+    m = best.measurement
+    measured: dict[str, Any] = {
+        "trial": best.number,
+        "objective": round(best.value, 3),
+        "samples_per_s": round(m.samples_per_s or 0.0, 3),
+        "step_time_median_s": m.step_time_median_s,
+        "step_time_cv": m.step_time_cv,
+        "compile_s": m.compile_s,
+        "peak_mem_bytes": m.peak_mem_bytes,
+        "mem_kind": m.mem_kind,
+    }
+    if best.loss_deviation is not None:
+        measured["loss_deviation_vs_fp32_reference"] = round(best.loss_deviation, 5)
+    if result.memory_budget_bytes is not None:
+        measured["memory_budget_bytes"] = result.memory_budget_bytes
+        measured["memory_headroom_bytes"] = result.headroom_bytes
+    if m.tokens_per_s:
+        measured["tokens_per_s"] = round(m.tokens_per_s, 1)
+    if base is not None:
+        measured["baseline_trial"] = base.number
+        measured["baseline_objective"] = round(base.value, 3)
+        if result.speedup is not None:
+            measured["speedup"] = round(result.speedup, 3)
+    if result.global_batch is None:
+        measured["warning"] = FREE_BATCH_WARNING
+    return {
+        "config": best.config.to_dict(),
+        "measured": measured,
+        "environment": result.environment,
+        "study": {"name": result.study_name, "storage": result.storage},
+    }
+
+
+FREE_BATCH_WARNING = "global batch was free: convergence may differ from the baseline"
+
+
+def machine_line(environment: dict[str, Any]) -> str:
+    """Where a config was measured, in one line (a config is only valid there)."""
+    env = environment
+    return (
+        f"{env.get('device_name', '?')} · torch {env.get('torch', '?')} · "
+        f"autotune {env.get('autotune', '?')} · host {env.get('hostname', '?')}"
+    )
+
+
+def write_best_config(result: TuneResult, path: Path) -> Path:
+    """Write ``best_config.yaml``; its ``config:`` loads back with :func:`autotune.load_config`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = (
+        "# autotune recommendation. Valid on the machine it was measured on:\n"
+        f"#   {machine_line(result.environment)}\n"
+    )
+    body = yaml.safe_dump(recommendation(result), sort_keys=False)
+    path.write_text(header + body)
+    return path

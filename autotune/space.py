@@ -1,24 +1,20 @@
-"""The space file: which workload, which knobs with which values, and how to run the trials.
+"""A validated search space: which workload, which knobs with which values, how trials run.
 
-A space is loaded with :func:`load_space`, which gathers every problem in the file and
-raises one :class:`~autotune.errors.SpaceError` naming file, key and what is allowed.
+A :class:`Space` is made by :func:`autotune.space_file.load_space` (which parses and
+checks a space file); this module holds the values and what can be asked of them.
 """
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from .config import Config, resolve_inactive
-from .errors import AutotuneError, SpaceError
+from .host import system_memory_bytes
 from .knobs import KNOBS, Capabilities
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -42,8 +38,6 @@ class TrialSettings:
         if self.memory_cap is None:
             return None
         if isinstance(self.memory_cap, float) and self.memory_cap <= 1.0:
-            from ._procs import system_memory_bytes
-
             total = system_memory_bytes()
             return int(self.memory_cap * total) if total else None
         return int(self.memory_cap)
@@ -127,51 +121,6 @@ class Limits:
         return int(self.memory)
 
 
-_UNITS = {
-    "b": 1,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "tb": 10**12,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "tib": 2**40,
-}
-
-
-def parse_memory(value: Any) -> int | float | None:
-    """``None``, a fraction in (0, 1], bytes, or a size string like ``"512MiB"``.
-
-    Raises:
-        ValueError: saying what is allowed.
-    """
-    allowed = "a fraction in (0, 1] of device memory, bytes, or a size like '6GiB'"
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        raise ValueError(f"must be {allowed} but got {value!r}")
-    if isinstance(value, float):
-        if 0 < value <= 1:  # NaN fails both comparisons
-            return value
-        raise ValueError(f"must be {allowed} but got {value!r}")
-    if isinstance(value, int):
-        if value > 1:
-            return value
-        raise ValueError(f"must be {allowed} but got {value!r}")
-    if isinstance(value, str):
-        text = value.strip().lower().replace(" ", "")
-        number = text.rstrip("abcdefghijklmnopqrstuvwxyz")
-        unit = text[len(number) :] or "b"
-        try:
-            amount = float(number)
-        except ValueError:
-            amount = -1.0
-        if unit in _UNITS and amount > 0:
-            return int(amount * _UNITS[unit])
-    raise ValueError(f"must be {allowed} but got {value!r}")
-
-
 @dataclass(frozen=True)
 class Space:
     """A validated search space.
@@ -247,7 +196,7 @@ class Space:
         baseline = _supported_baseline(self.baseline, knobs, caps, notes)
         space = replace(self, knobs=knobs, baseline=baseline)
         # A knob whose condition no remaining value of another knob meets cannot be searched.
-        while never := _never_apply(space):  # fixing one may strand a later one
+        while never := never_apply(space):  # fixing one may strand a later one
             for name, reason in never.items():
                 notes.append(f"{name} fixed to {KNOBS[name].default!r}: {reason}")
             fixed = {name: (KNOBS[name].default,) for name in never}
@@ -290,388 +239,7 @@ def _supported_baseline(
     return Config(**resolved)
 
 
-_TOP_KEYS = {
-    "workload",
-    "workload_args",
-    "device",
-    "knobs",
-    "baseline",
-    "trial",
-    "budget",
-    "study",
-    "output_dir",
-    "limits",
-    "global_batch",
-    "search",
-}
-
-
-def _unknown(where: str, key: str, known: set[str] | dict[str, Any]) -> str:
-    close = difflib.get_close_matches(key, list(known), n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return f"{where}{key}: unknown key{hint}; allowed: {', '.join(sorted(known))}"
-
-
-def _section(raw: Mapping[str, Any], cls: type, where: str, problems: list[str], **checks: Any):
-    """Build a settings dataclass from a mapping, collecting problems."""
-    if raw is None:
-        return cls()
-    if not isinstance(raw, Mapping):
-        problems.append(f"{where}: must be a mapping but got {type(raw).__name__}")
-        return cls()
-    fields = cls.__dataclass_fields__
-    values: dict[str, Any] = {}
-    for key, value in raw.items():
-        if key not in fields:
-            problems.append(_unknown(f"{where}.", str(key), set(fields)))
-            continue
-        check = checks.get(key)
-        message = check(value) if check else None
-        if message:
-            problems.append(f"{where}.{key}: {message}")
-        else:
-            values[key] = value
-    return cls(**values)
-
-
-def _int_at_least(low: int, optional: bool = False):
-    def check(value: Any) -> str | None:
-        if value is None and optional:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            return f"must be an integer >= {low} but got {value!r}"
-        return None
-
-    return check
-
-
-def _positive_number(optional: bool = False):
-    def check(value: Any) -> str | None:
-        if value is None and optional:
-            return None
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not number or not math.isfinite(value) or value <= 0:
-            return f"must be a number > 0 but got {value!r}"
-        return None
-
-    return check
-
-
-def _one_of(choices: tuple[str, ...]):
-    def check(value: Any) -> str | None:
-        if value not in choices:
-            return f"must be one of {', '.join(choices)} but got {value!r}"
-        return None
-
-    return check
-
-
-def _boolean(value: Any) -> str | None:
-    return None if isinstance(value, bool) else f"must be true or false but got {value!r}"
-
-
-def _fraction(value: Any) -> str | None:
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if number and 0 < value <= 1:
-        return None
-    return f"must be a number in (0, 1] but got {value!r}"
-
-
-def _string(value: Any) -> str | None:
-    return (
-        None
-        if isinstance(value, str) and value
-        else f"must be a non-empty string but got {value!r}"
-    )
-
-
-def _parse_knobs(raw: Any, problems: list[str]) -> dict[str, tuple[Any, ...]]:
-    if raw is None:
-        return {}
-    if not isinstance(raw, Mapping):
-        problems.append(
-            f"knobs: must be a mapping of knob name to values but got {type(raw).__name__}"
-        )
-        return {}
-    knobs: dict[str, tuple[Any, ...]] = {}
-    for name, values in raw.items():
-        name = str(name)
-        if name not in KNOBS:
-            problems.append(_unknown("knobs.", name, KNOBS))
-            continue
-        values = list(values) if isinstance(values, (list, tuple)) else [values]
-        if not values:
-            problems.append(f"knobs.{name}: must list at least one value but got []")
-            continue
-        knob = KNOBS[name]
-        normalized = []
-        for value in values:
-            try:
-                value = knob.normalize(value)
-            except ValueError as e:
-                problems.append(f"knobs.{name}: {e}")
-                continue
-            if value in normalized:
-                problems.append(f"knobs.{name}: value {value!r} is listed twice")
-                continue
-            normalized.append(value)
-        if knob.ordinal:
-            normalized.sort()
-        knobs[name] = tuple(normalized)
-    return knobs
-
-
-def _parse_baseline(raw: Any, problems: list[str]) -> dict[str, Any]:
-    if raw is None:
-        return {}
-    if not isinstance(raw, Mapping):
-        problems.append(
-            f"baseline: must be a mapping of knob name to value but got {type(raw).__name__}"
-        )
-        return {}
-    values: dict[str, Any] = {}
-    for name, value in raw.items():
-        name = str(name)
-        if name not in KNOBS:
-            problems.append(_unknown("baseline.", name, KNOBS))
-            continue
-        try:
-            values[name] = KNOBS[name].normalize(value)
-        except ValueError as e:
-            problems.append(f"baseline.{name}: {e}")
-    return values
-
-
-def _parse_limits(raw: Any, problems: list[str]) -> Limits:
-    if raw is None:
-        return Limits()
-    if not isinstance(raw, Mapping):
-        problems.append(f"limits: must be a mapping but got {type(raw).__name__}")
-        return Limits()
-    raw = dict(raw)
-    accuracy_raw = raw.pop("accuracy", None)
-    memory = Limits.memory
-    if "memory" in raw:
-        try:
-            memory = parse_memory(raw.pop("memory"))
-        except ValueError as e:
-            problems.append(f"limits.memory: {e}")
-    limits = _section(raw, Limits, "limits", problems, max_alloc_retries=_int_at_least(0))
-    if accuracy_raw is False:  # `accuracy: off`
-        accuracy = AccuracyGuard(enabled=False)
-    else:
-        accuracy = _section(
-            accuracy_raw,
-            AccuracyGuard,
-            "limits.accuracy",
-            problems,
-            enabled=_boolean,
-            tolerance=_positive_number(),
-            last_k=_int_at_least(1),
-            divergence=_positive_number(),
-        )
-    return replace(limits, memory=memory, accuracy=accuracy)
-
-
-def _fix_global_batch(
-    data: Mapping[str, Any],
-    knobs: dict[str, tuple[Any, ...]],
-    baseline: Config,
-    problems: list[str],
-    notes: list[str],
-) -> int | None:
-    """Resolve ``global_batch`` (default: the baseline's) and keep the batch sizes dividing it.
-
-    With a fixed global batch, ``accumulation_steps`` is derived from ``batch_size``, so
-    every trial does the same work per optimizer step and loss trajectories compare.
-    """
-    raw = data.get("global_batch", baseline.global_batch)
-    if raw == "free":
-        return None
-    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
-        problems.append(f"global_batch: must be an integer >= 1 or 'free' but got {raw!r}")
-        return None
-    if "accumulation_steps" in knobs:
-        problems.append(
-            "knobs.accumulation_steps: is derived as global_batch / batch_size while the global "
-            "batch is fixed; set global_batch (or baseline), or use global_batch: free"
-        )
-        return None
-    worlds = knobs.get("world_size", (baseline.world_size,))
-    if raw % (baseline.batch_size * baseline.world_size):
-        problems.append(
-            f"baseline.batch_size: {baseline.batch_size}"
-            + (f" x world_size {baseline.world_size}" if baseline.world_size > 1 else "")
-            + f" does not divide global_batch {raw}"
-        )
-        return None
-    if "accumulation_steps" in (data.get("baseline") or {}) and baseline.global_batch != raw:
-        problems.append(
-            f"baseline: batch_size x accumulation_steps = {baseline.global_batch} "
-            f"but global_batch is {raw}"
-        )
-        return None
-    if "batch_size" in knobs:
-        # Every micro-batch must split the global batch for every world size searched.
-        kept = tuple(b for b in knobs["batch_size"] if all(raw % (b * w) == 0 for w in worlds))
-        dropped = [b for b in knobs["batch_size"] if b not in kept]
-        if dropped:
-            notes.append(
-                f"batch_size {', '.join(map(str, dropped))} dropped: "
-                f"does not divide global_batch {raw}"
-                + (f" for world_size {', '.join(map(str, worlds))}" if len(worlds) > 1 else "")
-            )
-        knobs["batch_size"] = kept
-    return raw
-
-
-def parse_space(data: Any, *, source: str = "<space>", base_dir: Path = Path(".")) -> Space:
-    """Validate an already-loaded mapping as a space. See :func:`load_space`."""
-    if not isinstance(data, Mapping):
-        raise SpaceError(
-            f"{source}: must be a mapping at the top level but got {type(data).__name__}"
-        )
-    problems: list[str] = []
-    for key in data:
-        if key not in _TOP_KEYS:
-            problems.append(_unknown("", str(key), _TOP_KEYS))
-    workload = data.get("workload")
-    if workload is None:
-        problems.append("workload: is required ('module:function' or 'path/file.py:function')")
-    elif not isinstance(workload, str) or ":" not in workload:
-        problems.append(
-            f"workload: must be 'module:function' or 'path/file.py:function' but got {workload!r}"
-        )
-    workload_args = data.get("workload_args") or {}
-    if not isinstance(workload_args, Mapping):
-        problems.append(f"workload_args: must be a mapping but got {type(workload_args).__name__}")
-        workload_args = {}
-    try:  # they travel to the trial process as JSON
-        json.dumps(workload_args, allow_nan=False)
-    except (TypeError, ValueError) as e:
-        problems.append(f"workload_args: must be plain data (strings, numbers, lists) but {e}")
-        workload_args = {}
-    device = data.get("device", "auto")
-    if device not in DEVICES:
-        problems.append(f"device: must be one of {', '.join(DEVICES)} but got {device!r}")
-    knobs = _parse_knobs(data.get("knobs"), problems)
-    baseline_values = _parse_baseline(data.get("baseline"), problems)
-    trial_raw = data.get("trial")
-    memory_cap = TrialSettings.memory_cap
-    if isinstance(trial_raw, Mapping) and "memory_cap" in trial_raw:
-        trial_raw = dict(trial_raw)
-        try:
-            memory_cap = parse_memory(trial_raw.pop("memory_cap"))
-        except ValueError as e:
-            problems.append(f"trial.memory_cap: {e}")
-    trial = _section(
-        trial_raw,
-        TrialSettings,
-        "trial",
-        problems,
-        warmup_steps=_int_at_least(0),
-        measured_steps=_int_at_least(2),
-        timeout_s=_positive_number(),
-        planned_steps=_int_at_least(1, optional=True),
-        seed=_int_at_least(0),
-    )
-    trial = replace(trial, memory_cap=memory_cap)
-    budget = _section(
-        data.get("budget"),
-        Budget,
-        "budget",
-        problems,
-        n_trials=_int_at_least(1, optional=True),
-        timeout_s=_positive_number(optional=True),
-    )
-    study = _section(
-        data.get("study"),
-        StudySettings,
-        "study",
-        problems,
-        name=_string,
-        storage=_string,
-        heartbeat_s=_positive_number(),
-    )
-    search = _section(
-        data.get("search"),
-        SearchSettings,
-        "search",
-        problems,
-        sampler=_one_of(SAMPLERS),
-        n_startup_trials=_int_at_least(0),
-        seed=_int_at_least(0),
-        prune=_boolean,
-        prune_margin=_positive_number(),
-        prune_after=_fraction,
-        confirm_top=_int_at_least(0),
-        confirm_repeats=_int_at_least(0),
-    )
-    output_dir = data.get("output_dir", "autotune-runs")
-    if not isinstance(output_dir, str) or not output_dir:
-        problems.append(f"output_dir: must be a non-empty string but got {output_dir!r}")
-    if budget.n_trials is None and budget.timeout_s is None:
-        problems.append("budget: set n_trials, timeout_s or both (otherwise the study never ends)")
-    limits = _parse_limits(data.get("limits"), problems)
-    if problems:
-        raise SpaceError([f"{source}: {p}" for p in problems])
-
-    fixed = {k: v[0] for k, v in knobs.items() if len(v) == 1}
-    try:
-        # A fixed knob that is inactive in the baseline (prefetch_factor while num_workers
-        # is searched from 0) waits for the trials that activate it; explicit baseline
-        # values must be a valid combination.
-        values = resolve_inactive(
-            {**Config().to_dict(), **fixed, **baseline_values}, keep=baseline_values
-        )
-        baseline = Config(**values)
-    except AutotuneError as e:  # an invalid combination of fixed/baseline knobs
-        raise SpaceError(f"{source}: baseline: {str(e).removeprefix('config: ')}") from None
-    notes: list[str] = []
-    global_batch = _fix_global_batch(data, knobs, baseline, problems, notes)
-    if problems:
-        raise SpaceError([f"{source}: {p}" for p in problems])
-    if global_batch is not None:
-        baseline = baseline.replace(
-            accumulation_steps=global_batch // (baseline.batch_size * baseline.world_size)
-        )
-    # The user's current setting is always a candidate, so the baseline lies in the space
-    # (unless the knob is inactive there: then its value is no setting of the user's).
-    current = baseline.to_dict()
-    for name, value in current.items():
-        if name in knobs and value not in knobs[name] and KNOBS[name].requires(current) is None:
-            merged = [*knobs[name], value]
-            knobs[name] = tuple(sorted(merged)) if KNOBS[name].ordinal else tuple(merged)
-    space = Space(
-        workload=workload,
-        knobs=knobs,
-        baseline=baseline,
-        workload_args=dict(workload_args),
-        device=device,
-        trial=trial,
-        budget=budget,
-        study=study,
-        search=search,
-        output_dir=output_dir,
-        base_dir=base_dir,
-        source=source,
-        limits=limits,
-        global_batch=global_batch,
-        notes=tuple(notes),
-    )
-    never = _never_apply(space)
-    if never:  # an invalid combination: these values would never run
-        raise SpaceError(
-            [
-                f"{source}: knobs.{name}: {_values(space.knobs[name], name)} can never apply: "
-                f"{reason}"
-                for name, reason in never.items()
-            ]
-        )
-    return space
-
-
-def _never_apply(space: Space) -> dict[str, str]:
+def never_apply(space: Space) -> dict[str, str]:
     """Listed knobs none of whose non-default values any choice of the other knobs allows,
     with the reason (which names the other knob)."""
     options = space.options()
@@ -682,35 +250,3 @@ def _never_apply(space: Space) -> dict[str, str]:
             if reason is not None:
                 out[name] = reason
     return out
-
-
-def _values(values: tuple[Any, ...], name: str) -> str:
-    shown = [str(v).lower() if isinstance(v, bool) else str(v) for v in values]
-    return ", ".join(s for s, v in zip(shown, values, strict=True) if v != KNOBS[name].default)
-
-
-def load_space(path: str | Path) -> Space:
-    """Load and validate a space file.
-
-    Raises:
-        SpaceError: the file is missing, is not YAML, or has invalid content; the message
-            names every problem with its key.
-    """
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise SpaceError(f"{path}: cannot read space file: {e.strerror or e}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise SpaceError(f"{path}: not valid YAML{where}: {problem}") from None
-    except (ValueError, RecursionError, OverflowError) as e:  # bad dates, absurd nesting
-        raise SpaceError(f"{path}: not valid YAML: {type(e).__name__}: {e}") from None
-    space = parse_space(data, source=str(path), base_dir=path.resolve().parent)
-    if "name" not in (data.get("study") or {}):
-        space = replace(space, study=replace(space.study, name=path.stem))
-    return space

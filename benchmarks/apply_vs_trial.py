@@ -4,7 +4,7 @@
     python benchmarks/apply_vs_trial.py --config autotune-runs/cpu/best_config.yaml --rounds 5
 
 Each round runs the config twice, each in a fresh process: once as a trial
-(``autotune.runner.run_trial``: the trial subprocess, endless stream sampler) and once as
+(``autotune.study.runner.run_trial``: the trial subprocess, endless stream sampler) and once as
 a user would (this script in a subprocess: the workload's factories,
 ``autotune.load_config`` + ``autotune.apply`` with the default epoch loader, the same
 warm-up and measured steps, timed with ``perf_counter``). It prints samples/s of both per
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     import yaml
 
     import autotune
-    from autotune.runner import run_trial
+    from autotune.study.runner import run_trial
 
     space = autotune.load_space(args.space)
     tmp = Path(tempfile.mkdtemp(prefix="autotune-apply-vs-trial-"))

@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     import optuna
 
     import autotune
-    from autotune.runner import run_trial
+    from autotune.study.runner import run_trial
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     tmp = Path(tempfile.mkdtemp(prefix="autotune-core-vs-extended-"))

@@ -14,7 +14,7 @@
 # but no Optuna: `fetch` downloads Optuna and what it needs that the image lacks, as
 # Python 3.12 wheels of the versions this checkout's venv runs. The run needs no
 # `pip install -e .`: the repository is put on PYTHONPATH, and the trial subprocesses
-# (`python -m autotune._child`) inherit it. Logs and the study's figures go to $OUT (the
+# (`python -m autotune.trial`) inherit it. Logs and the study's figures go to $OUT (the
 # device tool's return folder) or ./gpu-check-out.
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -23,8 +23,8 @@ from pathlib import Path
 import optuna
 
 from autotune import load_space, tune
-from autotune.replay import ReplayBackend, record_table
-from autotune.scoring import judge, objective
+from autotune.study.replay import ReplayBackend, record_table
+from autotune.study.scoring import judge, objective
 
 SAMPLERS = ("tpe", "tpe-independent", "gp", "random")
 BUDGETS = (10, 20, 40)

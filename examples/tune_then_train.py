@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import autotune
-from autotune.report import ConsoleReporter, print_summary
+from autotune.output.console import ConsoleReporter, print_summary
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))

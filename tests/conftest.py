@@ -1,7 +1,10 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,41 @@ WORKLOADS = HERE / "workloads.py"
 
 # Keep matplotlib and the inductor cache out of the home directory.
 os.environ.setdefault("MPLCONFIGDIR", "/tmp/autotune-test-mpl")
+
+
+def child_processes(marker: Path) -> list[int]:
+    """PIDs of trial processes (and their forked workers) whose command line names marker."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "autotune.trial" in cmdline and str(marker) in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
+def wait_no_children(marker: Path, within_s: float = 10.0) -> list[int]:
+    deadline = time.monotonic() + within_s
+    while (left := child_processes(marker)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+def run_cli(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    """``python -m autotune ARGS`` in a subprocess, with this checkout on the path."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "autotune", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def cuda_available() -> bool:

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autotune import AutotuneError, Config
-from autotune.knobs import KNOBS, Capabilities, _Reads
+from autotune.knobs import KNOBS, Capabilities, Reads
 
 
 def _values(knob):
@@ -26,7 +26,7 @@ _ALL_VALUES = st.fixed_dictionaries({name: _values(knob) for name, knob in KNOBS
 def test_conditions_read_only_earlier_knobs(values):
     order = list(KNOBS)
     for i, (name, knob) in enumerate(KNOBS.items()):
-        reads = _Reads(values)
+        reads = Reads(values)
         knob.requires(reads)
         assert set(reads.read) <= set(order[:i]), f"{name} reads {reads.read}"
 

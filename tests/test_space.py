@@ -5,7 +5,7 @@ from conftest import ROOT
 
 from autotune import AutotuneError, Config, SpaceError, load_space
 from autotune.knobs import Capabilities
-from autotune.space import parse_space
+from autotune.space_file import parse_space
 
 
 def test_valid_space_parses_with_sorted_ordinals_and_baseline_added(write_space):
@@ -179,7 +179,7 @@ def test_bad_limits_and_batches(write_space, text, message):
 
 
 def test_memory_limits_parse_sizes_and_fractions(write_space):
-    from autotune.space import parse_memory
+    from autotune.space_file import parse_memory
 
     assert parse_memory("512MiB") == 512 * 2**20
     assert parse_memory("6 GB") == 6 * 10**9

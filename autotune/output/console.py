@@ -1,0 +1,154 @@
+"""The terminal: one line per finished trial, the summary at the end, and the terminal
+side of ``autotune report``."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ..results import REPEAT, TrialRecord, TuneResult
+from ..study.reporter import Reporter
+from .advice import Evidence, advice
+from .facts import ERROR, WARNING, fmt_bytes, summary_facts
+from .report import Report
+
+
+def _rate(record: TrialRecord) -> str:
+    m = record.measurement
+    if m.samples_per_s is None:
+        return "-"
+    text = f"{m.samples_per_s:,.1f} samples/s"
+    if m.tokens_per_s:
+        text += f" ({m.tokens_per_s:,.0f} tok/s)"
+    return text
+
+
+def _speedup(record: TrialRecord, baseline: TrialRecord | None) -> str:
+    if not (baseline and baseline.feasible and baseline.value and record.feasible):
+        return "-"
+    return f"{record.value / baseline.value:.2f}x"
+
+
+def make_console() -> Console:
+    """A console that does not wrap tables at 80 columns when output is a file or pipe."""
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+
+
+class ConsoleReporter(Reporter):
+    """Prints notes and one line per trial to a rich console."""
+
+    def __init__(self, console: Console | None = None, prefix: str = "") -> None:
+        self.console = console or make_console()
+        self.prefix = escape(prefix)
+
+    def note(self, message: str) -> None:
+        self.console.print(f"{self.prefix}[dim]note:[/dim] {message}")
+
+    def trial(self, record, best, baseline, done, total) -> None:
+        if record.feasible:
+            status = "[green]ok[/green]"
+        else:
+            status = f"[red]{record.status}[/red]: {escape(record.reason)}"
+        best_text = f"best #{best.number} {_speedup(best, baseline)}" if best else "best -"
+        of = f"/{total}" if total else ""
+        head = (
+            f"confirm (repeat of #{record.repeat_of})"
+            if record.role == REPEAT
+            else f"trial {done}{of}"
+        )
+        self.console.print(
+            f"{self.prefix}{head} #{record.number} {escape(f'[{record.role}]')} "
+            f"{record.config.short()} | "
+            f"{_rate(record)} | {status} | {best_text}"
+        )
+
+
+def summary_table(result: TuneResult) -> Table:
+    table = Table(title=f"study {result.study_name}: {len(result.trials)} trials")
+    for col in (
+        "#",
+        "role",
+        "config",
+        "status",
+        "samples/s",
+        "vs baseline",
+        "peak mem",
+        "compile s",
+        "step cv",
+    ):
+        table.add_column(col, justify="right" if col in ("#", "samples/s") else "left")
+    for t in result.trials:
+        m = t.measurement
+        mark = " *" if result.best and t.number == result.best.number else ""
+        table.add_row(
+            f"{t.number}{mark}",
+            t.role,
+            t.config.short(),
+            t.status if t.feasible else escape(f"{t.status}: {t.reason[:70]}"),
+            (f"{t.value:,.1f}" + (f" (x{t.runs}, ±{t.spread / 2:.1%})" if t.runs > 1 else ""))
+            if m.samples_per_s
+            else "-",
+            _speedup(t, result.baseline),
+            fmt_bytes(m.peak_mem_bytes),
+            f"{m.compile_s:.1f}" if m.compile_s is not None else "-",
+            f"{m.step_time_cv:.1%}" if m.step_time_cv is not None else "-",
+        )
+    return table
+
+
+def print_summary(result: TuneResult, console: Console | None = None) -> None:
+    """The summary table, the study's notes and the summary facts."""
+    console = console or make_console()
+    console.print(summary_table(result))
+    for note in result.notes:
+        console.print(f"[dim]note:[/dim] {escape(note)}")
+    for fact in summary_facts(result):
+        if fact.level == ERROR:
+            console.print(f"[red]{escape(fact.text)}[/red]")
+        elif fact.level == WARNING and fact.label == "warning":
+            console.print(f"[yellow]warning:[/yellow] {escape(fact.text)}")
+        elif fact.key == "speedup" and fact.level != WARNING:
+            head, _, rest = fact.text.partition(" ")
+            console.print(f"{escape(fact.label)}: [bold]{head}[/bold] {escape(rest)}")
+        else:
+            console.print(f"{escape(fact.label)}: {escape(fact.text)}")
+
+
+def _profile_lines(
+    label: str, record: TrialRecord, profile: dict[str, Any], evidence: Evidence | None = None
+) -> list[str]:
+    head = f"bottleneck of the {label} (trial #{record.number}, {record.config.short()})"
+    if profile.get("status") != "ok":
+        return [f"{head}: profile failed: {escape(str(profile.get('reason')))}"]
+    shares = " · ".join(f"{k} {v:.0%}" for k, v in profile["shares"].items())
+    busy = profile.get("device_busy")
+    lines = [f"{head}: {shares}" + (f" · GPU busy {busy:.0%}" if busy is not None else "")]
+    top = ", ".join(f"{op['name'][:40]} {op['share']:.0%}" for op in profile["top_ops"][:4])
+    lines.append(f"  top ops: {escape(top)}")
+    lines += [f"  [bold]advice:[/bold] {escape(tip)}" for tip in advice(profile, evidence)]
+    if profile.get("trace_path"):
+        lines.append(f"  trace: {profile['trace_path']}")
+    return lines
+
+
+def print_report(report: Report, console: Console | None = None) -> None:
+    """The terminal side of ``autotune report``: summary, bottlenecks, where the files are."""
+    console = console or make_console()
+    result = report.result
+    print_summary(result, console)
+    evidence = Evidence.from_result(result)
+    seen = set()
+    for label, record in (("baseline", result.baseline), ("recommended config", result.best)):
+        if record is None or record.number in seen or record.number not in report.profiles:
+            continue
+        seen.add(record.number)
+        for line in _profile_lines(label, record, report.profiles[record.number], evidence):
+            console.print(line)
+    for note in report.notes:
+        console.print(f"[dim]note:[/dim] {escape(note)}")
+    plots = ", ".join(path.name for path in report.plots.values()) or "none"
+    console.print(f"report written to {report.html} (plots: {plots}; data: {report.data.name})")

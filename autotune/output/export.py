@@ -1,0 +1,189 @@
+"""Write the recommended config for people and trainer_args.
+
+``best_config.yaml`` (written by :func:`autotune.results.write_best_config`) holds the
+config, the evidence and the machine it was measured on.
+:func:`export_config` renders a config as ``yaml``/``json`` (lossless: both load back with
+:func:`autotune.load_config`), as Hugging Face ``TrainingArguments`` or Lightning
+``Trainer``/``DataLoader`` keyword arguments (a Python snippet), or as a shell fragment.
+Knobs a target cannot express are listed in the output, never dropped (see
+:mod:`autotune.output.trainer_args`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..config import Config
+from ..errors import AutotuneError
+from ..knobs import KNOBS
+from ..results import machine_line, recommendation
+from ..space_file import load_space
+from ..study.storage import load_result
+from . import trainer_args
+from .facts import speedup_text
+
+FORMATS = ("yaml", "json", "hf", "lightning", "env")
+
+
+def _header(evidence: Mapping[str, Any] | None) -> list[str]:
+    """Comment lines: where the config comes from and where it is valid."""
+    if not evidence:
+        return ["autotune config"]
+    m, env = evidence.get("measured", {}), evidence.get("environment", {})
+    study = evidence.get("study", {}).get("name", "?")
+    line = f"autotune: trial #{m.get('trial', '?')} of study {study}"
+    if m.get("speedup") is not None:
+        speedup = speedup_text(m["speedup"], m.get("baseline_objective", 0), m.get("objective", 0))
+        line += f": {speedup} over the baseline"
+    return [
+        line,
+        f"measured on {machine_line(env)}; a config is only valid where it was measured",
+    ]
+
+
+def _py_dict(name: str, d: Mapping[str, Any]) -> list[str]:
+    return [f"{name} = {{", *(f"    {k!r}: {v!r}," for k, v in d.items()), "}"]
+
+
+def _unmapped(mapped: trainer_args.Mapped, prefix: str = "# ") -> list[str]:
+    lines = []
+    if mapped.no_equivalent:
+        lines.append(f"{prefix}No equivalent in {mapped.target} (set these in your code):")
+        lines += [f"{prefix}  {k}={v}" for k, v in mapped.no_equivalent.items()]
+    lines += [f"{prefix}note: {n}" for n in mapped.notes]
+    return lines
+
+
+def _hf(values: dict[str, Any], device: str | None = None) -> list[str]:
+    mapped = trainer_args.hf_training_arguments(values, device)
+    return [
+        "# Hugging Face transformers.TrainingArguments keyword arguments",
+        *_py_dict("training_args_kwargs", mapped.kwargs["TrainingArguments"]),
+        '# args = transformers.TrainingArguments(output_dir="out", **training_args_kwargs)',
+        *_unmapped(mapped),
+    ]
+
+
+def _lightning(values: dict[str, Any]) -> list[str]:
+    mapped = trainer_args.lightning_kwargs(values)
+    return [
+        "# Lightning Trainer and DataLoader keyword arguments",
+        *_py_dict("trainer_kwargs", mapped.kwargs["Trainer"]),
+        *_py_dict("dataloader_kwargs", mapped.kwargs["DataLoader"]),
+        "# trainer = lightning.pytorch.Trainer(**trainer_kwargs)",
+        "# loader = torch.utils.data.DataLoader(dataset, shuffle=True, **dataloader_kwargs)",
+        *_unmapped(mapped),
+    ]
+
+
+def _env(values: dict[str, Any], device: str | None = None) -> list[str]:
+    env, mapped = trainer_args.shell_fragment(values, device)
+    flags = " ".join(
+        shlex.quote(a) for a in trainer_args.hf_cli_args(mapped.kwargs["TrainingArguments"])
+    )
+    return [
+        "# every knob, for your own script (os.environ['AUTOTUNE_BATCH_SIZE'] ...)",
+        *env,
+        "# flags for a Hugging Face script (HfArgumentParser): python train.py $AUTOTUNE_HF_ARGS",
+        f"export AUTOTUNE_HF_ARGS={shlex.quote(flags)}",
+        *_unmapped(mapped),
+    ]
+
+
+def export_config(
+    config: Config | Mapping[str, Any],
+    fmt: str = "yaml",
+    *,
+    evidence: Mapping[str, Any] | None = None,
+) -> str:
+    """Render a config for a person, a file or a trainer.
+
+    Args:
+        config: a :class:`Config` or a ``Config.to_dict()``-like mapping (knobs this
+            version of autotune does not know are kept: listed as "no equivalent" by the
+            trainer formats, carried as-is by yaml/json).
+        fmt: one of ``yaml``, ``json`` (lossless, with the evidence when given),
+            ``hf`` (``TrainingArguments`` kwargs), ``lightning`` (``Trainer`` and
+            ``DataLoader`` kwargs), ``env`` (a shell fragment).
+        evidence: the rest of a ``best_config.yaml`` (``measured``, ``environment``,
+            ``study``), used for yaml/json and for the header comment.
+
+    Raises:
+        AutotuneError: ``fmt`` is not one of :data:`FORMATS`.
+    """
+    if fmt not in FORMATS:
+        raise AutotuneError(f"format must be one of {', '.join(FORMATS)} but got {fmt!r}")
+    values = config.to_dict() if isinstance(config, Config) else dict(config)
+    header = _header(evidence)
+    if fmt == "json":
+        body = {"config": values, **{k: v for k, v in (evidence or {}).items() if k != "config"}}
+        return json.dumps(body, indent=2) + "\n"
+    if fmt == "yaml":
+        body = {"config": values, **{k: v for k, v in (evidence or {}).items() if k != "config"}}
+        return "".join(f"# {h}\n" for h in header) + yaml.safe_dump(body, sort_keys=False)
+    if fmt == "lightning":
+        lines = _lightning(values)
+    else:  # the HF mappings depend on where the config was measured (use_cpu)
+        device = ((evidence or {}).get("environment") or {}).get("device")
+        lines = {"hf": _hf, "env": _env}[fmt](values, device)
+    return "\n".join([*(f"# {h}" for h in header), *lines]) + "\n"
+
+
+def load_best(
+    path: str | Path, *, storage: str | None = None, study_name: str | None = None
+) -> tuple[Config, dict[str, Any]]:
+    """The recommended config and its evidence, from a best_config.yaml or a space file.
+
+    A file with a ``workload:`` key is a space: its stored study's best trial is read.
+    A file with a ``config:`` mapping is a ``best_config.yaml`` (or an exported yaml/json).
+
+    Raises:
+        AutotuneError: the file is neither, or the study has no feasible trial.
+    """
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise AutotuneError(f"{path}: cannot read: {e}") from None
+    if isinstance(data, dict) and "workload" in data:
+        _, result = load_result(load_space(path), storage, study_name)
+        if result.best is None:
+            raise AutotuneError(
+                f"study {result.study_name!r} has no feasible trial: nothing to export"
+            )
+        return result.best.config, recommendation(result)
+    if isinstance(data, dict) and isinstance(data.get("config"), dict):
+        evidence = {k: v for k, v in data.items() if k != "config"}
+        return Config.from_dict(data["config"]), evidence
+    raise AutotuneError(
+        f"{path} must be a space file (with workload:) or a best_config.yaml "
+        "(with config:) but has neither"
+    )
+
+
+def config_from_env(environ: Mapping[str, str] | None = None) -> Config:
+    """Read back the ``AUTOTUNE_<KNOB>`` variables of an ``env`` export; others take defaults.
+
+    Raises:
+        AutotuneError: a variable holds a value its knob does not allow.
+    """
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for name, knob in KNOBS.items():
+        raw = environ.get(f"AUTOTUNE_{name.upper()}")
+        if raw is None:
+            continue
+        if knob.kind == "bool" and raw.lower() in ("true", "false"):
+            values[name] = raw.lower() == "true"
+        elif knob.kind == "int" and raw.lstrip("-").isdigit():
+            values[name] = int(raw)
+        else:
+            values[name] = raw
+    return Config.from_dict(values)

@@ -1,0 +1,129 @@
+"""The summary facts of a study, computed once: the terminal, the HTML report and the
+exports all render these, so a figure reads the same wherever it is shown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..results import FREE_BATCH_WARNING, TuneResult
+
+INFO, WARNING, ERROR = "info", "warning", "error"
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One line of the summary.
+
+    Attributes:
+        key: what it is about (``speedup``, ``memory``...), for renderers that place it.
+        label: the words before the colon.
+        text: the fact itself, plain text.
+        level: ``info``, ``warning`` or ``error`` (how a renderer colours it).
+    """
+
+    key: str
+    label: str
+    text: str
+    level: str = INFO
+
+
+def fmt_bytes(n: int | float | None) -> str:
+    """``1536`` -> ``1.5 KiB``; ``None`` -> ``-``."""
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def speedup_text(speedup: float, baseline_value: float, best_value: float) -> str:
+    """``1.50x (100.0 -> 150.0 samples/s)``: the speedup with the two objectives."""
+    return f"{speedup:.2f}x ({baseline_value:,.1f} -> {best_value:,.1f} samples/s)"
+
+
+def summary_facts(result: TuneResult) -> list[Fact]:
+    """Everything the summary says about a study, in reading order."""
+    facts: list[Fact] = []
+    counts = ", ".join(f"{n} {status}" for status, n in sorted(result.status_counts().items()))
+    facts.append(Fact("status_counts", "trials by status", counts))
+    pruned, saved_s = result.pruning_saved_s()
+    if pruned:
+        facts.append(
+            Fact(
+                "pruning",
+                "pruning",
+                f"stopped {pruned} trial(s) early, saving ~{saved_s:.1f} s of measured steps",
+            )
+        )
+    overhead = result.overhead()
+    if overhead:
+        facts.append(
+            Fact(
+                "overhead",
+                "per-trial fixed cost (process start, imports, model build)",
+                f"median {overhead[0]:.1f} s, {overhead[1]:.0%} of a trial's wall time",
+            )
+        )
+    if not result.global_batch:
+        facts.append(Fact("free_batch", "warning", FREE_BATCH_WARNING, WARNING))
+    best, base = result.best, result.baseline
+    if best is None:
+        nothing = "no feasible trial: nothing to recommend"
+        facts.append(Fact("recommended", "recommended", nothing, ERROR))
+        return facts
+    facts.append(Fact("recommended", f"recommended (trial #{best.number})", best.config.short()))
+    if base is not None and result.speedup is not None:
+        facts.append(
+            Fact(
+                "speedup",
+                f"speedup over baseline (trial #{base.number}, {base.config.short()})",
+                speedup_text(result.speedup, base.value, best.value),
+            )
+        )
+    elif base is not None:
+        facts.append(
+            Fact(
+                "speedup",
+                f"baseline (trial #{base.number})",
+                f"did not run cleanly: {base.status}: {base.reason}",
+                WARNING,
+            )
+        )
+    m = best.measurement
+    memory = fmt_bytes(m.peak_mem_bytes)
+    if result.memory_budget_bytes is not None and result.headroom_bytes is not None:
+        memory = (
+            f"peak {memory} of a {fmt_bytes(result.memory_budget_bytes)} budget "
+            f"(headroom {fmt_bytes(result.headroom_bytes)})"
+        )
+    facts.append(Fact("memory", "memory", memory))
+    if result.within_noise and result.runner_up is not None:
+        up = result.runner_up
+        facts.append(
+            Fact(
+                "within_noise",
+                "warning",
+                f"the winner leads the runner-up (#{up.number}, {up.config.short()}) by "
+                f"{result.lead:.1%}, within measurement noise ({result.noise:.1%}): "
+                "either is as good",
+                WARNING,
+            )
+        )
+    if best.loss_deviation is not None:
+        facts.append(
+            Fact(
+                "accuracy",
+                "accuracy",
+                f"final losses within {best.loss_deviation:.2%} of the fp32 reference run",
+            )
+        )
+    if m.compile_s:
+        facts.append(
+            Fact("compile", "compile / warm-up", f"{m.compile_s:.1f} s, not in the throughput")
+        )
+    if result.best_config_path:
+        facts.append(Fact("best_config", "best config written to", str(result.best_config_path)))
+    return facts

@@ -1,0 +1,150 @@
+"""``autotune report``: from a stored study to a folder a person can read.
+
+:func:`make_report` loads the study, profiles the baseline and the recommended config once
+(:mod:`autotune.study.profiles`; kept in the study, skipped with ``profile=False``), draws
+the plots (:mod:`autotune.output.plots`) and writes ``<output_dir>/<study>/report/``:
+
+- ``index.html``: summary, recommended config vs baseline, plots, bottlenecks, every trial;
+- ``history.png``, ``pareto.png``, ``importances.png``, ``slice.png``;
+- ``report.json``: the same facts as data.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ArgumentError
+from ..results import DUPLICATE, TrialRecord, TuneResult
+from ..space import Space
+from ..study import profiles as study_profiles
+from ..study.backend import TrialBackend
+from ..study.reporter import Reporter
+from ..study.storage import load_result
+from . import plots
+from .advice import Evidence, advice
+from .html import render_html, trial_data
+
+
+@dataclass(frozen=True)
+class Report:
+    """What :func:`make_report` produced.
+
+    Attributes:
+        result: the study's trials, baseline and recommended config.
+        profiles: trial number -> profile summary (baseline and best, when profiled).
+        folder: the report folder; ``html`` and ``data`` lie in it, and the plots.
+        plots: plot name -> PNG file.
+        notes: what could not be done (a plot without enough trials, a failed profile).
+    """
+
+    result: TuneResult
+    profiles: dict[int, dict[str, Any]]
+    folder: Path
+    html: Path
+    data: Path
+    plots: dict[str, Path] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def _profiled(result: TuneResult) -> list[TrialRecord]:
+    """Baseline and best, when they ran far enough to have a throughput."""
+    out = [result.baseline, result.best]
+    return [r for r in out if r is not None and r.measurement.samples_per_s]
+
+
+def make_report(
+    space: Space,
+    *,
+    storage: str | None = None,
+    study_name: str | None = None,
+    out_dir: str | Path | None = None,
+    profile: bool = True,
+    profile_steps: int = study_profiles.DEFAULT_PROFILE_STEPS,
+    reprofile: bool = False,
+    reporter: Reporter | None = None,
+    backend: TrialBackend | None = None,
+) -> Report:
+    """Write the report of the stored study of ``space``; the library form of ``autotune report``.
+
+    Args:
+        space: the space the study was run from.
+        storage: Optuna storage URL; defaults to the space's.
+        study_name: defaults to the space's study name.
+        out_dir: the run folder given to ``autotune run`` (default: the space's
+            ``output_dir``); the report goes to ``<out_dir>/<study>/report/``.
+        profile: profile baseline and best when the study holds no profile of them yet
+            (two short subprocess runs). ``False`` uses stored profiles only.
+        profile_steps: optimizer steps under the profiler.
+        reprofile: profile again even when stored profiles exist.
+        reporter: receives notes (e.g. "profiling trial #3").
+        backend: what runs the profiles (default: real subprocesses).
+
+    Raises:
+        ArgumentError: ``profile_steps`` is below 1.
+        StorageError: the study cannot be loaded.
+    """
+    if profile_steps < 1:
+        raise ArgumentError(f"profile_steps must be at least 1 but got {profile_steps}")
+    study, result = load_result(space, storage, study_name)
+    runs = Path(out_dir or space.output_dir) / result.study_name
+    folder = runs / "report"
+    folder.mkdir(parents=True, exist_ok=True)
+    targets = _profiled(result)
+    notes: list[str] = []
+    if profile:
+        profiles = study_profiles.ensure_profiles(
+            space,
+            study,
+            targets,
+            runs,
+            steps=profile_steps,
+            force=reprofile,
+            reporter=reporter,
+            backend=backend,
+        )
+    else:
+        stored = {r.number: study_profiles.stored_profile(study, r) for r in targets}
+        profiles = {n: p for n, p in stored.items() if p is not None}
+    for number, p in profiles.items():
+        if p.get("status") != "ok":
+            notes.append(f"profile of trial #{number} failed: {p.get('status')}: {p.get('reason')}")
+    objective = "samples/s"
+    if space.trial.planned_steps:
+        objective = f"samples/s over {space.trial.planned_steps} steps (compile included)"
+    files, plot_notes = plots.write_plots(
+        study,
+        folder,
+        objective_name=objective,
+        baseline_value=result.baseline.value if result.baseline else None,
+        memory_budget_bytes=result.memory_budget_bytes,
+    )
+    notes += plot_notes
+    data = folder / "report.json"
+    data.write_text(json.dumps(report_data(result, profiles), indent=1, default=str))
+    page = folder / "index.html"
+    page.write_text(render_html(result, profiles, files, notes, space.source))
+    return Report(result, profiles, folder, page, data, files, notes)
+
+
+def report_data(result: TuneResult, profiles: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """The report's facts as plain data (``report.json``)."""
+    best, base = result.best, result.baseline
+    evidence = Evidence.from_result(result)
+    return {
+        "study": result.study_name,
+        "storage": result.storage,
+        "environment": result.environment,
+        "baseline": base.number if base else None,
+        "best": best.number if best else None,
+        "speedup": result.speedup,
+        "memory_budget_bytes": result.memory_budget_bytes,
+        "memory_headroom_bytes": result.headroom_bytes,
+        "loss_deviation": best.loss_deviation if best else None,
+        "global_batch": result.global_batch,
+        "status_counts": result.status_counts(),
+        "trials": [trial_data(t, result) for t in result.trials if t.role != DUPLICATE],
+        "profiles": {str(n): {**p, "advice": advice(p, evidence)} for n, p in profiles.items()},
+    }

@@ -1,0 +1,230 @@
+"""Map a config onto the arguments of common trainers: Hugging Face, Lightning, a shell.
+
+Every mapping reads a plain ``Config.to_dict()`` mapping, so knobs added later map as
+soon as a rule here names them (``pin_memory``, ``matmul_precision``...), and a knob that
+no rule names is never dropped: it lands in :attr:`Mapped.no_equivalent` with a hint on
+how to set it in plain PyTorch. Each mapping returns what it could express and what it
+could not, and the exporters print both.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..knobs import KNOBS, show
+
+HF = "transformers.TrainingArguments"
+LIGHTNING = "lightning.pytorch.Trainer / torch.utils.data.DataLoader"
+
+# How to set a knob in a plain PyTorch script, for the "no equivalent" lists. {v} is the value.
+PLAIN_PYTORCH = {
+    "batch_size": "DataLoader(batch_size={v})",
+    "accumulation_steps": "step the optimizer every {v} micro-batches",
+    "amp_dtype": "torch.autocast(device_type, dtype=...) around forward and loss",
+    "num_workers": "DataLoader(num_workers={v})",
+    "cudnn_benchmark": "torch.backends.cudnn.benchmark = {v}",
+    "compile_mode": "model = torch.compile(model, mode=...) before training",
+    "gradient_checkpointing": "torch.utils.checkpoint.checkpoint around each block "
+    "(HF models: model.gradient_checkpointing_enable())",
+    "pin_memory": "DataLoader(pin_memory={v})",
+    "persistent_workers": "DataLoader(persistent_workers={v})",
+    "prefetch_factor": "DataLoader(prefetch_factor={v})",
+    "non_blocking": "batch.to(device, non_blocking={v})",
+    "matmul_precision": "torch.set_float32_matmul_precision('{v}')",
+    "channels_last": "model.to(memory_format=torch.channels_last) and the same for inputs",
+    "sdpa_backend": "with torch.nn.attention.sdpa_kernel(...) around the step",
+    "optimizer_impl": "the optimizer's foreach= / fused= constructor argument",
+    "zero_grad_set_to_none": "optimizer.zero_grad(set_to_none={v})",
+    "jit": "torch.jit.script(model) / torch.jit.trace(model, example)",
+    "compile_dynamic": "torch.compile(model, dynamic=...)",
+    "compile_fullgraph": "torch.compile(model, fullgraph={v})",
+    "num_threads": "torch.set_num_threads({v}) (0: leave the default)",
+    "interop_threads": "torch.set_num_interop_threads({v}) (0: leave the default)",
+    "checkpoint_every": "checkpoint_every={v} in your own activation-checkpointing code",
+}
+
+
+@dataclass(frozen=True)
+class Mapped:
+    """A config expressed for one target.
+
+    Attributes:
+        target: what the kwargs are for, e.g. ``transformers.TrainingArguments``.
+        kwargs: section name -> keyword arguments (HF: one section; Lightning: ``Trainer``
+            and ``DataLoader``).
+        no_equivalent: knob -> why it has no equivalent there and how to set it yourself.
+        notes: caveats about knobs that were mapped (an approximate equivalent).
+    """
+
+    target: str
+    kwargs: dict[str, dict[str, Any]]
+    no_equivalent: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+class _Rules:
+    """Tracks which knobs a mapping has handled; the rest become "no equivalent"."""
+
+    def __init__(self, target: str, values: Mapping[str, Any]) -> None:
+        self.target = target
+        self.values = dict(values)
+        self.seen: set[str] = set()
+        self.no_equivalent: dict[str, str] = {}
+        self.notes: list[str] = []
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.values
+
+    def take(self, name: str, default: Any = None) -> Any:
+        self.seen.add(name)
+        return self.values.get(name, default)
+
+    def cannot(self, name: str, why: str = "", how: str | None = None) -> None:
+        """Record ``name`` as not expressible: ``why`` names where, ``how`` overrides the hint."""
+        self.seen.add(name)
+        self.no_equivalent[name] = _explain(name, self.values.get(name), why or self.target, how)
+
+    def finish(self, kwargs: dict[str, dict[str, Any]]) -> Mapped:
+        for name in self.values:
+            if name not in self.seen:
+                self.cannot(name)
+        return Mapped(self.target, kwargs, self.no_equivalent, self.notes)
+
+
+def _explain(name: str, value: Any, why: str, how: str | None = None) -> str:
+    knob = KNOBS.get(name)
+    if knob is not None and value == knob.default:
+        return f"{value!r} (the default: nothing to set)"
+    if how is None:
+        how = PLAIN_PYTORCH.get(name, "set it in your training code, or use autotune.apply")
+    return f"{value!r}: no equivalent in {why}; {how.format(v=value)}"
+
+
+def _compile(rules: _Rules) -> tuple[bool, str | None]:
+    mode = rules.take("compile_mode", "off")
+    return mode != "off", (None if mode in ("off", "default") else mode)
+
+
+def hf_training_arguments(values: Mapping[str, Any], device: str | None = None) -> Mapped:
+    """``transformers.TrainingArguments`` keyword arguments for a config.
+
+    Field names are those documented for ``TrainingArguments`` (transformers
+    ``src/transformers/training_args.py``, 4.36 and later): ``per_device_train_batch_size``,
+    ``gradient_accumulation_steps``, ``bf16``, ``fp16``, ``tf32``,
+    ``dataloader_num_workers``, ``dataloader_pin_memory``,
+    ``dataloader_persistent_workers``, ``dataloader_prefetch_factor``, ``torch_compile``,
+    ``torch_compile_mode``, ``gradient_checkpointing``, ``optim``, ``use_cpu``.
+
+    Args:
+        values: a ``Config.to_dict()`` (or any mapping of knob name to value).
+        device: where the config was measured (``cpu``/``cuda``, from its environment);
+            ``cpu`` adds ``use_cpu=True``.
+    """
+    r = _Rules(HF, values)
+    kw: dict[str, Any] = {
+        "per_device_train_batch_size": r.take("batch_size", KNOBS["batch_size"].default),
+        "gradient_accumulation_steps": r.take("accumulation_steps", 1),
+    }
+    if device == "cpu":
+        # Otherwise the Trainer takes a GPU where it finds one, and refuses bf16 without.
+        kw["use_cpu"] = True
+        r.notes.append("measured on the CPU: use_cpu=True keeps the Trainer on the CPU")
+    amp = r.take("amp_dtype", "fp32")
+    kw["bf16"], kw["fp16"] = amp == "bf16", amp == "fp16"
+    workers = r.take("num_workers", 0)
+    kw["dataloader_num_workers"] = workers
+    # TrainingArguments pins memory by default; autotune measured without unless told.
+    kw["dataloader_pin_memory"] = bool(r.take("pin_memory", False))
+    if "persistent_workers" in r:
+        kw["dataloader_persistent_workers"] = bool(r.take("persistent_workers"))
+    if "prefetch_factor" in r:
+        if workers:
+            kw["dataloader_prefetch_factor"] = r.take("prefetch_factor")
+        else:
+            r.cannot("prefetch_factor", f"{HF} without DataLoader workers")
+    kw["torch_compile"], mode = _compile(r)
+    if mode:
+        kw["torch_compile_mode"] = mode
+    kw["gradient_checkpointing"] = bool(r.take("gradient_checkpointing", False))
+    if kw["gradient_checkpointing"]:
+        r.notes.append(
+            "gradient_checkpointing: HF checkpoints the model's own layers "
+            "(gradient_checkpointing_enable), which may not be the blocks autotune measured; "
+            "transformers 5.x renames it activation_checkpointing (the old name still works)"
+        )
+    if "matmul_precision" in r:
+        precision = r.values["matmul_precision"]
+        if precision in ("high", "highest"):
+            kw["tf32"] = r.take("matmul_precision") == "high"
+        else:
+            r.cannot("matmul_precision", f"{HF} (tf32 is on/off only)")
+    if "optimizer_impl" in r and r.values["optimizer_impl"] == "fused":
+        r.take("optimizer_impl")
+        kw["optim"] = "adamw_torch_fused"
+        r.notes.append("optimizer_impl fused -> optim='adamw_torch_fused' assumes AdamW")
+    elif "optimizer_impl" in r and r.values["optimizer_impl"] != "default":
+        r.cannot("optimizer_impl", f"{HF} (optim picks optimizer and implementation together)")
+    r.notes.append(
+        "per_device_train_batch_size is per GPU: with N processes the global batch is N times "
+        "larger than the one measured"
+    )
+    return r.finish({"TrainingArguments": kw})
+
+
+def lightning_kwargs(values: Mapping[str, Any]) -> Mapped:
+    """Lightning ``Trainer`` and ``DataLoader`` keyword arguments for a config.
+
+    Trainer argument names are those of ``lightning.pytorch.Trainer`` 2.x (``precision``
+    ``"32-true"`` / ``"bf16-mixed"`` / ``"16-mixed"``, ``accumulate_grad_batches``,
+    ``benchmark``); DataLoader names are ``torch.utils.data.DataLoader``'s.
+    """
+    r = _Rules(LIGHTNING, values)
+    precision = {"fp32": "32-true", "bf16": "bf16-mixed", "fp16": "16-mixed"}
+    trainer = {
+        "precision": precision[r.take("amp_dtype", "fp32")],
+        "accumulate_grad_batches": r.take("accumulation_steps", 1),
+        "benchmark": bool(r.take("cudnn_benchmark", False)),
+    }
+    workers = r.take("num_workers", 0)
+    loader: dict[str, Any] = {
+        "batch_size": r.take("batch_size", KNOBS["batch_size"].default),
+        "num_workers": workers,
+        "pin_memory": bool(r.take("pin_memory", False)),
+    }
+    if "persistent_workers" in r:
+        loader["persistent_workers"] = bool(r.take("persistent_workers")) and workers > 0
+    if "prefetch_factor" in r:
+        if workers:
+            loader["prefetch_factor"] = r.take("prefetch_factor")
+        else:
+            r.cannot("prefetch_factor", "a DataLoader without workers")
+    mode = r.values.get("compile_mode", "off")
+    if mode != "off":
+        arg = "" if mode == "default" else f", mode={mode!r}"
+        how = f"model = torch.compile(model{arg}) before trainer.fit()"
+        r.cannot("compile_mode", "Trainer arguments", how)
+    return r.finish({"Trainer": trainer, "DataLoader": loader})
+
+
+def shell_fragment(
+    values: Mapping[str, Any], device: str | None = None
+) -> tuple[list[str], Mapped]:
+    """Environment lines (every knob as ``AUTOTUNE_<KNOB>``, plus variables torch reads)
+    and the Hugging Face mapping for a ``HfArgumentParser`` command line (``device`` as
+    for :func:`hf_training_arguments`)."""
+    lines = [f"export AUTOTUNE_{k.upper()}={shlex.quote(show(v))}" for k, v in values.items()]
+    threads = values.get("num_threads")
+    if threads:  # 0 means "leave torch's default"
+        lines.append(f"export OMP_NUM_THREADS={int(threads)}  # num_threads")
+    return lines, hf_training_arguments(values, device)
+
+
+def hf_cli_args(kwargs: Mapping[str, Any]) -> list[str]:
+    """``--name value`` flags as ``HfArgumentParser`` reads them (bools as True/False)."""
+    out: list[str] = []
+    for name, value in kwargs.items():
+        out += [f"--{name}", str(value)]
+    return out

@@ -1,0 +1,79 @@
+"""Stop a trial early once its first measured steps show it cannot win.
+
+The trial process reports progress (steps done, time taken) during its measured window;
+warm-up and compile are never judged, so compiled configs are not pruned for compiling.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from ..measurement import PRUNED, Measurement, compile_estimate_s
+from ..space import SearchSettings, TrialSettings
+from .scoring import rate_objective
+
+
+class Pruner:
+    """``stop_early`` callback for :func:`autotune.study.runner.run_child`.
+
+    Args:
+        progress_path: where the trial process writes its progress.
+        best_value: the objective of the best feasible trial so far.
+        trial: the trial settings (measured steps, planned steps).
+        search: margin and how much of the window to see before judging.
+    """
+
+    def __init__(
+        self, progress_path: Path, best_value: float, trial: TrialSettings, search: SearchSettings
+    ) -> None:
+        self.path = progress_path
+        self.best_value = best_value
+        self.trial = trial
+        self.margin = search.prune_margin
+        self.min_steps = max(2, math.ceil(search.prune_after * trial.measured_steps))
+        self.last: dict[str, Any] | None = None
+
+    def _estimate(self, p: dict[str, Any]) -> tuple[float, float]:
+        rate = p["steps"] * p["samples_per_step"] / p["elapsed_s"]
+        step_s = p["samples_per_step"] / rate
+        return rate, compile_estimate_s(p["warmup_s"], self.trial.warmup_steps, step_s)
+
+    def __call__(self) -> str | None:
+        try:
+            p = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return None
+        if p.get("steps", 0) < self.min_steps or p.get("elapsed_s", 0) <= 0:
+            return None
+        rate, compile_s = self._estimate(p)
+        value = rate_objective(rate, compile_s, p["samples_per_step"], self.trial)
+        if value * (1 + self.margin) >= self.best_value:
+            return None
+        self.last = p
+        return (
+            f"pruned after {p['steps']}/{self.trial.measured_steps} measured steps: "
+            f"~{value:,.1f} samples/s cannot beat the best {self.best_value:,.1f} "
+            f"by {self.margin:.0%}"
+        )
+
+    def measurement(self, reason: str, wall_s: float | None) -> Measurement:
+        """The partial measurement of a pruned trial, and the time pruning saved."""
+        p = self.last
+        assert p is not None
+        rate, compile_s = self._estimate(p)
+        step_s = p["samples_per_step"] / rate
+        return Measurement(
+            status=PRUNED,
+            reason=reason,
+            samples_per_s=rate,
+            samples_per_step=p["samples_per_step"],
+            measured_steps=p["steps"],
+            window_s=p["elapsed_s"],
+            warmup_s=p["warmup_s"],
+            compile_s=compile_s,
+            wall_s=wall_s,
+            pruned_saved_s=(self.trial.measured_steps - p["steps"]) * step_s,
+        )

@@ -1,0 +1,231 @@
+"""Run one trial (or the probe, or a profile) in a fresh subprocess and collect its result.
+
+Each run gets a folder holding ``spec.json`` (what to run), ``stdout.log``/``stderr.log``
+and ``result.json`` (written by the trial process, ``python -m autotune.trial``). The
+trial runs in its own process group, so a timeout or Ctrl-C kills it together with its
+DataLoader workers. The driver starts it by module name and never imports it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from ..config import Config
+from ..errors import WorkloadError
+from ..measurement import FAILED, OOM, PRUNED, TIMEOUT, Measurement
+from ..space import Space
+from .procs import group_memory_bytes
+from .pruning import Pruner
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+def _describe_exit(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"trial process killed by {name}"
+    return f"trial process exited with code {returncode} before writing its result"
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:300] if lines else ""
+
+
+# How often the driver checks on a running trial (memory cap, early stop).
+POLL_S = 0.25
+
+
+def _spawn(
+    spec_path: Path, result_path: Path, out: Any, err: Any, world_size: int = 1
+) -> subprocess.Popen:
+    env = dict(os.environ)
+    # The child must import this very autotune, even when it is not installed.
+    package_root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env["AUTOTUNE_DRIVER_PID"] = str(os.getpid())
+    argv = [sys.executable, "-m", "autotune.trial"]
+    if world_size > 1:  # torch.distributed.run starts the ranks (autotune.trial.guard)
+        argv += ["--ranks", str(world_size)]
+    return subprocess.Popen(
+        [*argv, str(spec_path), str(result_path)],
+        stdout=out,
+        stderr=err,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,  # its own process group: one kill reaches its workers
+    )
+
+
+def _supervise(
+    proc: subprocess.Popen,
+    timeout_s: float,
+    memory_cap_bytes: int | None,
+    stop_early: Callable[[], str | None] | None,
+) -> dict[str, Any] | None:
+    """Wait for the child; kill its group and say why when a limit is hit."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            proc.wait(timeout=POLL_S)
+            return None
+        except subprocess.TimeoutExpired:
+            pass
+        if time.monotonic() >= deadline:
+            _kill_group(proc)
+            return {"status": TIMEOUT, "reason": f"no result within {timeout_s:g} s; killed"}
+        if memory_cap_bytes is not None:
+            used = group_memory_bytes(proc.pid)
+            if used > memory_cap_bytes:
+                _kill_group(proc)
+                return {
+                    "status": OOM,
+                    "reason": (
+                        f"trial processes used {used / 2**20:.0f} MiB, over the per-trial cap of "
+                        f"{memory_cap_bytes / 2**20:.0f} MiB; killed"
+                    ),
+                }
+        if stop_early is not None:
+            reason = stop_early()
+            if reason:
+                _kill_group(proc)
+                return {"status": PRUNED, "reason": reason}
+
+
+def run_child(
+    spec: dict[str, Any],
+    folder: Path,
+    timeout_s: float,
+    *,
+    memory_cap_bytes: int | None = None,
+    stop_early: Callable[[], str | None] | None = None,
+) -> dict[str, Any]:
+    """Run ``python -m autotune.trial`` on ``spec`` in ``folder``; return its result payload.
+
+    A child that dies, overruns ``timeout_s`` or ``memory_cap_bytes`` (its whole process
+    group, DataLoader workers included), or that ``stop_early()`` gives a reason to stop,
+    is killed and yields a payload with that status and reason. This function raises only
+    on KeyboardInterrupt, after killing the child's process group.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    spec_path, result_path = folder / "spec.json", folder / "result.json"
+    spec_path.write_text(json.dumps(spec, indent=1, default=str))
+    result_path.unlink(missing_ok=True)
+    start = time.perf_counter()
+    with open(folder / "stdout.log", "wb") as out, open(folder / "stderr.log", "wb") as err:
+        proc = _spawn(
+            spec_path, result_path, out, err, int(spec.get("config", {}).get("world_size", 1))
+        )
+        try:
+            stopped = _supervise(proc, timeout_s, memory_cap_bytes, stop_early)
+        except BaseException:
+            _kill_group(proc)
+            raise
+        # Reap anything the child left behind in its group (e.g. DataLoader workers).
+        _kill_group(proc)
+    if stopped is not None:
+        return {**stopped, "wall_s": time.perf_counter() - start}
+    if result_path.exists():  # written by the trial (rank 0 under DDP), whatever its status
+        return json.loads(result_path.read_text())
+    reason = _describe_exit(proc.returncode)
+    tail = _last_line(folder / "stderr.log")
+    return {
+        "status": FAILED,
+        "reason": f"{reason}: {tail}" if tail else reason,
+        "wall_s": time.perf_counter() - start,
+    }
+
+
+def _base_spec(space: Space) -> dict[str, Any]:
+    return {
+        "workload": space.workload,
+        "workload_args": space.workload_args,
+        "base_dir": str(space.base_dir),
+        "device": space.device,
+    }
+
+
+def probe(space: Space, folder: Path) -> dict[str, Any]:
+    """Load the workload once in a subprocess: capabilities, environment, dataset size.
+
+    Raises:
+        WorkloadError: the workload cannot be loaded or built.
+    """
+    result = run_child({**_base_spec(space), "mode": "probe"}, folder, space.trial.timeout_s)
+    if result.get("status") != "ok":
+        raise WorkloadError(f"{result.get('reason', 'probe failed')} (log: {folder})")
+    return result
+
+
+def run_trial(
+    space: Space,
+    config: Config,
+    folder: Path,
+    best_value: float | None = None,
+) -> Measurement:
+    """Measure ``config`` in a fresh subprocess. Never raises for a failing trial.
+
+    With ``best_value`` (the best feasible objective so far) and ``search.prune`` on, the
+    trial is stopped as soon as its measured steps show it cannot beat that.
+    """
+    spec = {
+        **_base_spec(space),
+        "mode": "trial",
+        "config": config.to_dict(),
+        "trial": asdict(space.trial),
+    }
+    pruner = None
+    if space.search.prune and best_value:
+        spec["progress_path"] = str(folder / "progress.json")
+        (folder / "progress.json").unlink(missing_ok=True)
+        pruner = Pruner(folder / "progress.json", best_value, space.trial, space.search)
+    result = run_child(
+        spec,
+        folder,
+        space.trial.timeout_s,
+        memory_cap_bytes=space.trial.memory_cap_bytes(),
+        stop_early=pruner,
+    )
+    if pruner is not None and result.get("status") == PRUNED:
+        return pruner.measurement(result["reason"], result.get("wall_s"))
+    return Measurement.from_dict(result)
+
+
+def profile_trial(space: Space, config: Config, folder: Path, steps: int) -> dict[str, Any]:
+    """Profile ``steps`` steps of ``config`` in a fresh subprocess (:mod:`autotune.trial.profile`).
+
+    The child builds the trial as :func:`run_trial` does, writes its summary to
+    ``folder/result.json`` and a Chrome trace to ``folder/trace.json``. Never raises for a
+    failing profile: the payload then has ``status`` and ``reason``.
+    """
+    spec = {
+        **_base_spec(space),
+        "mode": "profile",
+        "config": config.to_dict(),
+        "trial": asdict(space.trial),
+        "profile_steps": steps,
+        "trace_path": str((folder / "trace.json").resolve()),
+    }
+    return run_child(spec, folder, space.trial.timeout_s)

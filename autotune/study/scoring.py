@@ -1,0 +1,142 @@
+"""From a measurement to a verdict: the objective value, the status and Optuna constraints."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+from ..measurement import NAN, OK, OOM, Measurement
+from ..space import AccuracyGuard, Space, TrialSettings
+
+OVER_MEMORY, ACCURACY = "over-memory", "accuracy"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the driver concludes about a trial.
+
+    ``status`` is ``ok`` (feasible) or why not: ``over-memory``, ``accuracy``, ``nan``,
+    ``oom``, ``timeout``, ``failed``. ``constraints`` go to ``Trial.set_constraint``.
+    """
+
+    status: str
+    reason: str
+    constraints: dict[str, float]
+    memory_budget_bytes: int | None = None
+    loss_deviation: float | None = None  # vs the reference, when trajectories compare
+
+    @property
+    def feasible(self) -> bool:
+        return self.status == OK
+
+
+def rate_objective(
+    samples_per_s: float, compile_s: float, samples_per_step: int | None, trial: TrialSettings
+) -> float:
+    """The value to maximise for a rate: samples/s, or with ``planned_steps`` the planned
+    run's mean rate.
+
+    With ``planned_steps = P``, a run costs ``compile_s + P * step_s``, so a long compile
+    that saves little per step loses on a short run.
+    """
+    if trial.planned_steps is None or samples_per_step is None:
+        return samples_per_s
+    step_s = samples_per_step / samples_per_s
+    run_s = compile_s + trial.planned_steps * step_s
+    return trial.planned_steps * samples_per_step / run_s
+
+
+def objective(m: Measurement, trial: TrialSettings) -> float:
+    """The objective of a measurement (0 without a throughput); see :func:`rate_objective`."""
+    if not m.samples_per_s:
+        return 0.0
+    return rate_objective(m.samples_per_s, m.compile_s or 0.0, m.samples_per_step, trial)
+
+
+def _memory(m: Measurement, budget: int | None, max_retries: int) -> tuple[float, str]:
+    """Constraint value (> 0 infeasible) and the reason."""
+    if m.status == OOM:
+        return 1.0, m.reason
+    if budget is not None and m.peak_mem_bytes is not None and m.peak_mem_bytes > budget:
+        over = (m.peak_mem_bytes - budget) / budget
+        return over, (
+            f"peak memory {m.peak_mem_bytes / 2**20:.0f} MiB exceeds the budget "
+            f"{budget / 2**20:.0f} MiB"
+        )
+    if m.alloc_retries is not None and m.alloc_retries > max_retries:
+        return float(m.alloc_retries - max_retries), (
+            f"the CUDA allocator retried {m.alloc_retries} times (memory pressure; "
+            f"limit {max_retries}): likely to OOM later in training"
+        )
+    if budget is not None and m.peak_mem_bytes is not None:
+        return (m.peak_mem_bytes - budget) / budget, ""
+    return 0.0, ""
+
+
+def _mean_tail(losses: list[float], k: int) -> float:
+    return statistics.fmean(losses[-k:])
+
+
+def accuracy_deviation(losses: list[float], reference: list[float], k: int) -> float:
+    """Relative deviation of the mean of the last ``k`` losses from the reference's.
+
+    Both trajectories are cut to their common length first.
+    """
+    n = min(len(losses), len(reference))
+    ours, ref = _mean_tail(losses[:n], k), _mean_tail(reference[:n], k)
+    return abs(ours - ref) / max(abs(ref), 1e-8)
+
+
+def _accuracy(
+    m: Measurement, reference: list[float] | None, guard: AccuracyGuard, comparable: bool
+) -> tuple[float, str]:
+    if m.status == NAN or any(not math.isfinite(x) for x in m.losses):
+        return 1.0, m.reason or "loss is not finite"
+    if not (guard.enabled and reference and m.losses):
+        return 0.0, ""
+    peak = max(m.losses)
+    if peak > guard.divergence * max(reference):
+        return 1.0, f"diverged: loss reached {peak:.4g} (reference peak {max(reference):.4g})"
+    if not comparable:
+        return 0.0, ""
+    dev = accuracy_deviation(m.losses, reference, guard.last_k)
+    if dev > guard.tolerance:
+        return dev - guard.tolerance, (
+            f"loss deviates {dev:.1%} from the fp32 reference over the last {guard.last_k} "
+            f"steps (tolerance {guard.tolerance:.1%})"
+        )
+    return dev - guard.tolerance, ""
+
+
+def judge(
+    m: Measurement,
+    space: Space,
+    *,
+    reference: list[float] | None = None,
+    memory_budget_bytes: int | None = None,
+) -> Verdict:
+    """Decide a trial's status and constraints.
+
+    Failed trials are *infeasible*, not Optuna FAIL: samplers ignore FAIL trials and keep
+    proposing the same region, while infeasible ones steer them away.
+    """
+    limits = space.limits
+    memory, memory_reason = _memory(m, memory_budget_bytes, limits.max_alloc_retries)
+    accuracy, accuracy_reason = _accuracy(m, reference, limits.accuracy, space.fixed_batch)
+    crashed = m.status not in (OK, NAN)
+    constraints = {"failed": 1.0 if crashed else 0.0, "memory": memory, "accuracy": accuracy}
+    if crashed:
+        status, reason = m.status, m.reason
+    elif m.status == NAN:
+        status, reason = NAN, accuracy_reason
+    elif memory > 0:
+        status, reason = OVER_MEMORY, memory_reason
+    elif accuracy > 0:
+        status, reason = ACCURACY, accuracy_reason
+    else:
+        status, reason = OK, ""
+    deviation = None
+    if reference and m.losses and space.fixed_batch and status in (OK, ACCURACY, OVER_MEMORY):
+        deviation = accuracy_deviation(m.losses, reference, limits.accuracy.last_k)
+    return Verdict(status, reason, constraints, memory_budget_bytes, deviation)

@@ -1,0 +1,420 @@
+"""Apply a :class:`~autotune.config.Config` to a model, optimizer and dataset.
+
+This is the one code path both for trials and for users adopting a found config
+(:func:`apply`), so what was measured is what gets applied.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from ..config import Config
+from ..errors import ArgumentError, AutotuneError, first_line
+from .compile import compile_model
+
+_AMP = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    """``"auto"`` picks CUDA when available, else the CPU.
+
+    Raises:
+        AutotuneError: ``"cuda"`` was asked for where torch sees no CUDA device.
+    """
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        build = "a CPU-only build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}"
+        raise AutotuneError(
+            f"device: cuda, but torch {torch.__version__} ({build}) sees no CUDA device "
+            "here; use device: auto or cpu, or run where a GPU is visible"
+        )
+    return torch.device(device)
+
+
+class StreamSampler(Sampler[int]):
+    """An endless stream of seeded permutations of ``range(n)``.
+
+    Batching one stream (instead of restarting epochs) gives every batch size the same
+    sample order, so loss trajectories of trials with equal global batch compare.
+    """
+
+    def __init__(self, n: int, seed: int, rank: int = 0, world_size: int = 1) -> None:
+        self.n = n
+        self.seed = seed
+        self.rank = rank
+        self.world_size = world_size
+
+    def __iter__(self) -> Iterator[int]:
+        # Under DDP each rank takes every world_size-th sample of the one stream: the ranks
+        # together see exactly what a single process with their summed batch would.
+        g = torch.Generator().manual_seed(self.seed)
+        position = 0
+        while True:
+            for index in torch.randperm(self.n, generator=g).tolist():
+                if position % self.world_size == self.rank:
+                    yield index
+                position += 1
+
+
+def make_loader(
+    dataset: Dataset,
+    config: Config,
+    *,
+    seed: int = 0,
+    collate_fn: Callable | None = None,
+    endless: bool = False,
+) -> DataLoader:
+    """The DataLoader that ``config`` asks for (batch size, workers, pinning, prefetch).
+
+    ``endless=True`` (trials) streams seeded permutations without epoch restarts;
+    otherwise a normal shuffled, epoch-based loader with a seeded generator.
+    """
+    kwargs: dict[str, Any] = dict(
+        batch_size=config.batch_size,
+        num_workers=config.num_workers,
+        collate_fn=collate_fn,
+        drop_last=True,
+        pin_memory=config.pin_memory,
+    )
+    if config.num_workers > 0:  # DataLoader rejects these without workers
+        kwargs.update(
+            persistent_workers=config.persistent_workers, prefetch_factor=config.prefetch_factor
+        )
+    if endless:
+        rank, world = _rank_and_world()
+        return DataLoader(dataset, sampler=StreamSampler(len(dataset), seed, rank, world), **kwargs)
+    g = torch.Generator().manual_seed(seed)
+    return DataLoader(dataset, shuffle=True, generator=g, **kwargs)
+
+
+def _rank_and_world() -> tuple[int, int]:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def wrap_ddp(model: torch.nn.Module, config: Config, device: torch.device) -> torch.nn.Module:
+    """``DistributedDataParallel`` with the config's bucket and graph options.
+
+    Needs an initialised process group (``torch.distributed.run`` starts one per trial).
+    """
+    from torch.nn.parallel import DistributedDataParallel
+
+    return DistributedDataParallel(
+        model,
+        device_ids=[device.index] if device.type == "cuda" else None,
+        bucket_cap_mb=config.ddp_bucket_cap_mb,
+        gradient_as_bucket_view=config.ddp_gradient_as_bucket_view,
+        static_graph=config.ddp_static_graph,
+    )
+
+
+PHASE_PREFIX = "autotune."
+_NO_RANGE = contextlib.nullcontext()
+
+
+def phase(name: str) -> contextlib.AbstractContextManager:
+    """A ``torch.profiler`` range ``autotune.<name>`` around one part of a training step.
+
+    The ranges let the bottleneck analysis split a step into data, to_device, forward,
+    backward and optimizer. They are opened only while a profiler runs: a
+    ``record_function`` costs ~10 µs even without one, too much inside a timed step.
+    """
+    if torch.autograd._profiler_enabled():
+        return torch.profiler.record_function(PHASE_PREFIX + name)
+    return _NO_RANGE
+
+
+def to_device(
+    batch: Any, device: torch.device, non_blocking: bool = False, channels_last: bool = False
+) -> Any:
+    """Move every tensor in a (nested) batch to ``device``.
+
+    ``channels_last`` also puts 4-d floating-point tensors (images) in NHWC layout.
+    """
+    if isinstance(batch, torch.Tensor):
+        if channels_last and batch.dim() == 4 and batch.is_floating_point():
+            return batch.to(device, non_blocking=non_blocking, memory_format=torch.channels_last)
+        return batch.to(device, non_blocking=non_blocking)
+    if isinstance(batch, dict):
+        return {k: to_device(v, device, non_blocking, channels_last) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        moved = [to_device(v, device, non_blocking, channels_last) for v in batch]
+        return type(batch)(*moved) if hasattr(batch, "_fields") else type(batch)(moved)
+    return batch
+
+
+def checkpoint_blocks(blocks: Iterable[torch.nn.Module]) -> int:
+    """Make each block recompute its activations in backward; return how many were wrapped."""
+    from torch.utils.checkpoint import checkpoint
+
+    count = 0
+    for block in blocks:
+        forward = block.forward
+
+        def wrapped(*args: Any, _forward: Callable = forward, **kwargs: Any) -> Any:
+            return checkpoint(_forward, *args, use_reentrant=False, **kwargs)
+
+        block.forward = wrapped
+        block._autotune_checkpointed = True
+        count += 1
+    return count
+
+
+@dataclass
+class Applied:
+    """A model, optimizer and loader set up for one config, with a training step.
+
+    Attributes:
+        model: the model on the device, compiled if the config says so.
+        optimizer: built over the model's parameters.
+        loader: a DataLoader with the config's batch size and workers.
+        scaler: a ``torch.amp.GradScaler`` for fp16, else ``None``.
+    """
+
+    config: Config
+    device: torch.device
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    loader: DataLoader
+    loss_fn: Callable[[Any, Any], torch.Tensor]
+    scaler: Any = None
+    skipped_steps: int = 0
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """The autocast context of the config (a no-op for fp32)."""
+        if self.config.amp_dtype == "fp32":
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=_AMP[self.config.amp_dtype])
+
+    def forward_context(self) -> contextlib.ExitStack:
+        """What the forward and loss run under: autocast and the SDPA backend."""
+        stack = contextlib.ExitStack()
+        stack.enter_context(self.autocast())
+        if self.config.sdpa_backend != "auto":
+            from torch.nn.attention import sdpa_kernel
+
+            stack.enter_context(sdpa_kernel([sdpa_backend(self.config.sdpa_backend)]))
+        return stack
+
+    def to_device(self, batch: Any) -> Any:
+        """``batch`` on the device, copied and laid out as the config says."""
+        return to_device(batch, self.device, self.config.non_blocking, self.config.channels_last)
+
+    def train_step(self, batches: Iterator[Any]) -> torch.Tensor:
+        """One optimizer step over ``accumulation_steps`` micro-batches from ``batches``.
+
+        Returns the mean micro-batch loss as a detached tensor (no host sync).
+        """
+        accum = self.config.accumulation_steps
+        total = torch.zeros((), device=self.device)
+        for i in range(accum):
+            with phase("data"):
+                batch = next(batches)
+            with phase("to_device"):
+                batch = self.to_device(batch)
+            # Under DDP only the last micro-batch all-reduces gradients.
+            sync = i == accum - 1 or not hasattr(self.model, "no_sync")
+            with contextlib.nullcontext() if sync else self.model.no_sync():
+                with phase("forward"), self.forward_context():
+                    loss = self.loss_fn(self.model, batch)
+                with phase("backward"):
+                    scaled = loss.float() / accum
+                    (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+            total += loss.detach().float()
+        with phase("optimizer"):
+            if self.scaler is not None:
+                # get_scale() syncs with the device; only fp16 pays that, once per step.
+                before = self.scaler.get_scale()
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+                self.skipped_steps += int(self.scaler.get_scale() < before)
+            else:
+                self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=self.config.zero_grad_set_to_none)
+        return total / accum
+
+
+def _build_optimizer(optimizer: Any, model: torch.nn.Module) -> torch.optim.Optimizer:
+    if isinstance(optimizer, torch.optim.Optimizer):
+        return optimizer
+    if optimizer is None:
+        return torch.optim.AdamW(model.parameters(), lr=1e-3)
+    return optimizer(model.parameters())
+
+
+_IMPL_FLAGS = {
+    "foreach": {"foreach": True, "fused": False},
+    "fused": {"fused": True, "foreach": False},
+    "for-loop": {"foreach": False, "fused": False},
+}
+
+
+def rebuild_optimizer(opt: torch.optim.Optimizer, impl: str) -> torch.optim.Optimizer:
+    """The same optimizer (class, parameter groups, hyper-parameters) with implementation
+    ``impl`` (``default`` returns ``opt`` itself).
+
+    Raises:
+        ArgumentError: the class takes no ``foreach``/``fused`` argument for ``impl``, the
+            optimizer already has state, or torch rejects the implementation here.
+    """
+    if impl == "default":
+        return opt
+    cls = type(opt)
+    accepted = inspect.signature(cls.__init__).parameters
+    flags = {k: v for k, v in _IMPL_FLAGS[impl].items() if k in accepted}
+    missing = [k for k, v in _IMPL_FLAGS[impl].items() if v and k not in accepted]
+    if missing or not flags:
+        arg = missing[0] if missing else "foreach or fused"
+        raise ArgumentError(f"optimizer_impl={impl}: {cls.__name__} takes no {arg} argument")
+    if opt.state:
+        raise ArgumentError(f"optimizer_impl={impl}: the {cls.__name__} already has state")
+    defaults = {k: v for k, v in opt.defaults.items() if k in accepted}
+    groups = [{**group, **flags} for group in opt.param_groups]
+    try:
+        return cls(groups, **{**defaults, **flags})
+    except (RuntimeError, ValueError, TypeError) as e:
+        raise ArgumentError(f"optimizer_impl={impl}: {cls.__name__} rejects it here: {e}") from e
+
+
+def sdpa_backend(name: str) -> Any:
+    """The ``torch.nn.attention.SDPBackend`` of an ``sdpa_backend`` value other than auto."""
+    from torch.nn.attention import SDPBackend
+
+    return {
+        "math": SDPBackend.MATH,
+        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "flash": SDPBackend.FLASH_ATTENTION,
+        "cudnn": SDPBackend.CUDNN_ATTENTION,
+    }[name]
+
+
+def set_threads(config: Config) -> None:
+    """Apply ``num_threads`` and ``interop_threads`` (0 leaves torch's default).
+
+    The inter-op pool can be sized only once, before any parallel work: call this first.
+
+    Raises:
+        ArgumentError: ``interop_threads`` cannot be changed any more in this process.
+    """
+    if config.num_threads:
+        torch.set_num_threads(config.num_threads)
+    n = config.interop_threads
+    if n and torch.get_num_interop_threads() != n:
+        try:
+            torch.set_num_interop_threads(n)
+        except RuntimeError as e:
+            raise ArgumentError(
+                f"interop_threads={n}: torch allows setting it only once, before any "
+                f"parallel work in the process ({first_line(e)})"
+            ) from e
+
+
+def apply(
+    config: Config | dict[str, Any],
+    *,
+    model: torch.nn.Module,
+    dataset: Dataset,
+    loss: Callable[[Any, Any], torch.Tensor],
+    optimizer: torch.optim.Optimizer | Callable[[Any], torch.optim.Optimizer] | None = None,
+    blocks: Sequence[torch.nn.Module] | None = None,
+    collate_fn: Callable | None = None,
+    device: str | torch.device = "auto",
+    seed: int = 0,
+    endless: bool = False,
+) -> Applied:
+    """Set up a plain PyTorch training loop the way ``config`` says.
+
+    This is the code every trial runs (``python -m autotune.trial`` calls it with the workload's
+    factories), so a config applied here trains as it was measured. Typical use, with a
+    ``best_config.yaml`` written by ``autotune run``::
+
+        cfg = autotune.load_config("autotune-runs/cpu/best_config.yaml")
+        run = autotune.apply(cfg, model=model, dataset=ds, loss=loss_fn, optimizer=make_opt)
+        batches = iter(run.loader)  # one epoch; make a new iterator per epoch
+        for step in range(len(run.loader) // cfg.accumulation_steps):
+            loss = run.train_step(batches)
+
+    Args:
+        config: a :class:`Config` or a mapping of knob values (e.g. a loaded best_config).
+        model: the model in fp32; it is moved to ``device``.
+        dataset: a map-style dataset.
+        loss: ``loss(model, batch) -> scalar tensor``.
+        optimizer: an optimizer, or a factory ``optimizer(params)``; AdamW(lr=1e-3) if omitted.
+        blocks: modules to checkpoint when ``config.gradient_checkpointing`` is on (every
+            ``checkpoint_every``-th one, starting with the first).
+        collate_fn: passed to the DataLoader.
+        device: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:1"``...
+        seed: seed of the data order.
+        endless: stream batches without epoch boundaries (what trials do).
+
+    Returns:
+        An :class:`Applied`; call ``applied.train_step(iter(applied.loader))`` in your loop,
+        or use its ``model``, ``loader``, ``autocast()`` and ``scaler`` directly.
+
+    Note:
+        Process-wide settings: ``cudnn_benchmark`` (``torch.backends.cudnn.benchmark``),
+        ``matmul_precision`` (``torch.set_float32_matmul_precision``), ``num_threads`` and
+        ``interop_threads`` (the latter only once per process, before parallel work).
+    """
+    if not isinstance(config, Config):
+        config = Config.from_dict(dict(config))
+    set_threads(config)
+    device = resolve_device(device) if isinstance(device, str) else device
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = config.cudnn_benchmark
+    torch.set_float32_matmul_precision(config.matmul_precision)
+    model = model.to(device)
+    if config.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    model.train()
+    if config.gradient_checkpointing:
+        if not blocks:
+            raise ArgumentError("gradient_checkpointing needs the model's blocks (blocks=...)")
+        checkpoint_blocks(list(blocks)[:: config.checkpoint_every])
+    opt = rebuild_optimizer(_build_optimizer(optimizer, model), config.optimizer_impl)
+    if config.world_size > 1:
+        model = wrap_ddp(model, config, device)
+    model = compile_model(model, config)
+    scaler = torch.amp.GradScaler(device.type) if config.amp_dtype == "fp16" else None
+    loader = make_loader(dataset, config, seed=seed, collate_fn=collate_fn, endless=endless)
+    return Applied(config, device, model, opt, loader, loss, scaler)
+
+
+def apply_workload(
+    config: Config | dict[str, Any],
+    workload: Any,
+    *,
+    device: str | torch.device = "auto",
+    seed: int = 0,
+    endless: bool = False,
+) -> Applied:
+    """:func:`apply` to an :class:`autotune.Workload`: seed, build its model and data, apply.
+
+    This is exactly what a trial does with the workload (``endless=True`` there), so a
+    loop built on it trains the way the trial that measured the config did.
+    """
+    torch.manual_seed(seed)
+    model = workload.model()
+    return apply(
+        config,
+        model=model,
+        dataset=workload.dataset(),
+        loss=workload.loss,
+        optimizer=workload.optimizer,
+        blocks=list(workload.blocks(model)) if workload.blocks else None,
+        collate_fn=workload.collate_fn,
+        device=device,
+        seed=seed,
+        endless=endless,
+    )

@@ -1,0 +1,95 @@
+"""Build a trial: seed, load the workload, apply the config (as ``autotune.apply`` does)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..config import Config
+from ..workload import Workload, load_workload
+from .apply import Applied, apply_workload, resolve_device, set_threads
+from .guard import init_distributed
+
+
+def load(spec: dict[str, Any]) -> Workload:
+    """The workload a spec names (its path relative to the space file's folder)."""
+    base = Path(spec["base_dir"]) if spec.get("base_dir") else None
+    return load_workload(spec["workload"], spec.get("workload_args"), base)
+
+
+@dataclass
+class Built:
+    """A trial's workload with the config applied, as both trial and profile modes run it."""
+
+    config: Config
+    trial: dict[str, Any]
+    device: torch.device
+    workload: Workload
+    applied: Applied
+    batches: Iterator[Any]
+
+
+def build(spec: dict[str, Any]) -> Built:
+    """Seed, build the workload and apply the config: the same code path as ``autotune.apply``."""
+    config = Config.from_dict(spec["config"])
+    set_threads(config)  # before the workload: the inter-op pool is sized only once
+    trial = spec["trial"]
+    device = init_distributed(resolve_device(spec.get("device", "auto")))
+    seed = int(trial.get("seed", 0))
+    workload = load(spec)
+    applied = apply_workload(config, workload, device=device, seed=seed, endless=True)
+    return Built(config, trial, device, workload, applied, iter(applied.loader))
+
+
+def applied_settings(applied: Applied) -> dict[str, Any]:
+    """What :func:`autotune.apply` set up, read back from the objects it built.
+
+    Written into each trial's ``result.json`` (``applied``), so a test or a user can check
+    that their own ``apply`` call builds the same loader, model and optimizer as the trial.
+    DataLoader attributes are read generically, so new loader knobs show up here too.
+    """
+    loader, model, opt = applied.loader, applied.model, applied.optimizer
+    inner = getattr(model, "_orig_mod", model)
+    loader_attrs = (
+        "batch_size",
+        "num_workers",
+        "pin_memory",
+        "persistent_workers",
+        "prefetch_factor",
+        "drop_last",
+        "timeout",
+    )
+    group = opt.param_groups[0] if opt.param_groups else {}
+    autocast = applied.autocast()
+    return {
+        "config": applied.config.to_dict(),
+        "device": str(applied.device),
+        "loader": {k: getattr(loader, k, None) for k in loader_attrs}
+        | {"sampler": type(loader.sampler).__name__},
+        "model": {
+            "type": type(inner).__name__,
+            "compiled": inner is not model,
+            "training": inner.training,
+            "param_dtypes": sorted({str(p.dtype) for p in inner.parameters()}),
+            "param_devices": sorted({str(p.device) for p in inner.parameters()}),
+            "checkpointed_blocks": sum(
+                1 for m in inner.modules() if getattr(m, "_autotune_checkpointed", False)
+            ),
+        },
+        "optimizer": {
+            "type": type(opt).__name__,
+            **{k: group.get(k) for k in ("foreach", "fused") if k in group},
+        },
+        "autocast": str(autocast.fast_dtype) if isinstance(autocast, torch.autocast) else None,
+        "grad_scaler": applied.scaler is not None,
+        "torch": {
+            "cudnn_benchmark": torch.backends.cudnn.benchmark,
+            "float32_matmul_precision": torch.get_float32_matmul_precision(),
+            "num_threads": torch.get_num_threads(),
+            "interop_threads": torch.get_num_interop_threads(),
+        },
+    }

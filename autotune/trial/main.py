@@ -1,0 +1,97 @@
+"""The trial process's work: read the spec, run its mode, write the result file.
+
+Modes: ``probe`` (what this machine and workload can do), ``trial`` (build, warm up,
+measure) and ``profile`` (build, warm up, profile). A failure of the workload is data:
+it is written as a result with its status and a one-line reason, never raised.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..config import Config
+from ..errors import AutotuneError, first_line
+from ..measurement import FAILED, OK, OOM, Measurement
+from .build import applied_settings, build
+from .compile import describe_compile_failure
+from .guard import RANK, WORLD
+from .loop import measure, write_json
+
+
+def is_oom(exc: BaseException) -> bool:
+    """The one predicate that decides whether an exception means "out of memory"."""
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and (
+        "out of memory" in text or "can't allocate memory" in text
+    )
+
+
+def run_trial(spec: dict[str, Any], started: float) -> dict[str, Any]:
+    """Build, warm up, measure; the payload of ``result.json``. Exceptions propagate."""
+    built = build(spec)
+    m = measure(built, spec.get("progress_path"), started=started)
+    return {**m.to_dict(), "applied": applied_settings(built.applied)}
+
+
+def run_mode(spec: dict[str, Any], started: float) -> dict[str, Any]:
+    """The payload of the spec's mode; exceptions propagate."""
+    mode = spec.get("mode", "trial")
+    if mode == "probe":
+        from .probe import probe
+
+        return probe(spec)
+    if mode == "profile":
+        from .profile import profile
+
+        return profile(build(spec), spec)
+    return run_trial(spec, started)
+
+
+def _reason(exc: BaseException, spec: dict[str, Any]) -> str:
+    """One readable line: what failed, naming the knob when a compiler or kernel choice did."""
+    text = first_line(exc)
+    if isinstance(exc, AutotuneError):
+        return text
+    try:
+        config = Config.from_dict(spec["config"]) if "config" in spec else None
+    except AutotuneError:
+        config = None
+    if config is None:
+        return f"{type(exc).__name__}: {text}"
+    if config.sdpa_backend != "auto" and ("No available kernel" in text or "No viable" in text):
+        # torch explains why in warnings on stderr; the gist fits one line
+        return (
+            f"sdpa_backend={config.sdpa_backend}: torch has no such attention kernel for "
+            f"these inputs (dtype, head size, mask or device): {text}"
+        )
+    return describe_compile_failure(exc, config) or f"{type(exc).__name__}: {text}"
+
+
+def main(argv: list[str], *, started: float) -> None:
+    """Run the spec at ``argv[0]``, write the result to ``argv[1]``, exit the process."""
+    spec_path, result_path = Path(argv[0]), Path(argv[1])
+    spec = json.loads(spec_path.read_text())
+    try:
+        payload = run_mode(spec, started)
+    except Exception as exc:  # the trial's failure is data, reported to the driver
+        traceback.print_exc()
+        status = OOM if is_oom(exc) else FAILED
+        payload = Measurement(status=status, reason=_reason(exc, spec)[:500]).to_dict()
+    payload["wall_s"] = time.perf_counter() - started
+    if RANK == 0:  # under DDP, rank 0 speaks for the trial
+        write_json(result_path, payload)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: DataLoader workers and compile threads can make it slow.
+    # A failed rank exits non-zero so that torch.distributed.run stops the others.
+    os._exit(1 if WORLD > 1 and payload.get("status") != OK else 0)

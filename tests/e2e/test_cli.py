@@ -1,0 +1,102 @@
+"""The CLI end to end, in a subprocess, with a real SQLite study."""
+
+from __future__ import annotations
+
+import re
+
+import optuna
+import yaml
+from conftest import ROOT, TINY_SPACE, run_cli
+
+
+def autotune(*args, cwd):
+    return run_cli(*args, cwd=cwd)
+
+
+def test_tiny_study_end_to_end_then_resume(write_space, tmp_path):
+    space = write_space(TINY_SPACE)
+    first = autotune("run", str(space), cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    out = first.stdout
+    assert "trial 1/3 #0 [baseline] bs=16" in out
+    assert "trial 3/3" in out and "recommended (trial #" in out and "speedup over baseline" in out
+    best = yaml.safe_load((tmp_path / "autotune-runs/space/best_config.yaml").read_text())
+    assert set(best) == {"config", "measured", "environment", "study"}
+    assert best["measured"]["speedup"] >= 1.0
+    assert best["environment"]["torch"] and best["environment"]["device"] == "cpu"
+
+    study = optuna.load_study(study_name="space", storage=f"sqlite:///{tmp_path}/autotune.db")
+    done = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+    assert len(done) >= 3
+    assert done[0].user_attrs["role"] == "baseline"
+    assert done[0].user_attrs["config"]["batch_size"] == 16
+    assert all("measurement" in t.user_attrs for t in done)
+
+    # Same command again: the study is complete, nothing is re-run.
+    again = autotune("run", str(space), cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert not re.search(r"^(trial \d|confirm)", again.stdout, re.MULTILINE)
+    # A larger budget resumes: the 3 finished trials stay, 2 new ones run.
+    more = autotune("run", str(space), "--n-trials", "5", cwd=tmp_path)
+    assert more.returncode == 0, more.stderr
+    assert "trial 4/5" in more.stdout and "trial 1/5" not in more.stdout
+    numbers = [t.number for t in study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))]
+    assert numbers[: len(done)] == [t.number for t in done]
+
+    shown = autotune("show", str(space), cwd=tmp_path)
+    assert shown.returncode == 0 and "recommended (trial #" in shown.stdout
+
+
+def test_user_mistakes_give_one_line_and_exit_1(write_space, tmp_path):
+    bad_yaml = write_space("workload: [oops\n", "bad.yaml")
+    unknown_knob = write_space("workload: m:f\nknobs: {batchsize: [1]}\n", "knob.yaml")
+    missing_workload = write_space("workload: no_such_module_xyz:build\n", "wl.yaml")
+    conflict = write_space(
+        "workload: {workloads}:tiny\nknobs: {compile_mode: default, jit: [off, trace]}\n",
+        "conflict.yaml",
+    )
+    for path, message in [
+        (conflict, "knobs.jit: trace can never apply: needs compile_mode off"),
+        (bad_yaml, "not valid YAML"),
+        (unknown_knob, "knobs.batchsize: unknown key (did you mean 'batch_size'?)"),
+        (missing_workload, "cannot import module 'no_such_module_xyz'"),
+    ]:
+        r = autotune("run", str(path), cwd=tmp_path)
+        assert r.returncode == 1
+        assert message in r.stderr
+        assert "Traceback" not in r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1
+        if path == conflict:  # rejected before the probe and before any trial
+            assert not (tmp_path / "autotune-runs").exists()
+
+
+def test_debug_shows_the_traceback(write_space, tmp_path):
+    path = write_space("workload: m:f\nknobs: {batchsize: [1]}\n")
+    r = autotune("--debug", "validate", str(path), cwd=tmp_path)
+    assert r.returncode == 1 and "Traceback" in r.stderr
+
+
+def test_bad_run_arguments_give_one_line_and_exit_1(tmp_path):
+    """Each is rejected before anything runs: no storage, no run folder."""
+    space = str(ROOT / "search_spaces" / "cpu.yaml")
+    cases = [
+        (["--n-trials", "0"], "n_trials must be at least 1 but got 0"),
+        (["--n-trials", "-1"], "n_trials must be at least 1 but got -1"),
+        (["--timeout", "-5"], "timeout_s must be a number > 0 but got -5.0"),
+        (["--timeout", "nan"], "timeout_s must be a number > 0 but got nan"),
+        (["--gpus", "x"], "gpus must be 'all' or a list like 0,1,2 but got 'x'"),
+        (["--jobs", "0"], "jobs must be at least 1 but got 0"),
+        (["--worker-index", "-1"], "worker_index must be at least 0 but got -1"),
+    ]
+    for args, message in cases:
+        r = autotune("run", space, *args, cwd=tmp_path)
+        assert r.returncode == 1, (args, r.stdout, r.stderr)
+        assert r.stderr.strip() == f"autotune: error: {message}", args
+        assert list(tmp_path.iterdir()) == [], args  # no autotune.db, no autotune-runs
+
+
+def test_bad_report_argument_gives_one_line_and_exit_1(tmp_path):
+    space = str(ROOT / "search_spaces" / "cpu.yaml")
+    r = autotune("report", space, "--profile-steps", "0", cwd=tmp_path)
+    assert r.returncode == 1
+    assert r.stderr.strip() == "autotune: error: profile_steps must be at least 1 but got 0"

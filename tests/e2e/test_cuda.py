@@ -1,0 +1,114 @@
+"""The CUDA code paths on a real GPU: event timing, device memory, NVML, OOM, the probe.
+
+Every test here is ``cuda``-marked: without a GPU (CI, the CPU machines) it skips cleanly;
+``benchmarks/gpu_check.sh`` runs them on a lent GPU machine together with a real study.
+The memory budget and fp16 overflow tests in test_limits.py also run on CUDA there.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import HERE
+
+from autotune import Config, load_space
+from autotune.knobs import Capabilities
+from autotune.study.runner import probe, run_trial
+from autotune.trial.clock import StepClock, peak_memory, reset_peak_memory
+
+pytestmark = pytest.mark.cuda
+FAULTY = HERE / "faulty.py"
+
+CUDA_SPACE = """
+    workload: {workloads}:WORKLOAD
+    device: cuda
+    knobs: {batch_size: [16]}
+    trial: {warmup_steps: 2, measured_steps: 6, timeout_s: 300}
+"""
+
+
+def _space(write_space, workload="tiny"):
+    return load_space(write_space(CUDA_SPACE.replace("WORKLOAD", workload)))
+
+
+def test_step_clock_times_device_work_with_events():
+    device = torch.device("cuda")
+    a = torch.randn(2048, 2048, device=device)
+    clock = StepClock(device)
+    clock.start()
+    for _ in range(5):
+        for _ in range(10):
+            a = torch.tanh(a @ a)  # milliseconds of GPU work, microseconds to launch
+        clock.mark()
+    clock.stop()
+    times = clock.step_times_s()
+    steps, elapsed = clock.progress()
+    assert len(times) == 5 and all(t > 0 for t in times)
+    assert steps == 5 and elapsed == pytest.approx(sum(times), rel=1e-3)
+    # The events time the GPU's work, which the synchronized window contains.
+    assert 0.5 * clock.window_s < sum(times) <= clock.window_s + 1e-3
+
+
+def test_peak_memory_reads_the_caching_allocator():
+    device = torch.device("cuda")
+    reset_peak_memory(device)
+    x = torch.empty(64 * 2**20, dtype=torch.uint8, device=device)
+    peak = peak_memory(device)
+    del x
+    assert peak["mem_kind"] == "cuda_reserved"
+    assert peak["peak_mem_bytes"] >= peak["peak_allocated_bytes"] >= 64 * 2**20
+    assert peak["alloc_retries"] == 0 and peak["device_ooms"] == 0
+
+
+def test_a_cuda_trial_is_timed_on_the_device_and_reports_its_memory(write_space, tmp_path):
+    space = _space(write_space)
+    m = run_trial(space, Config(batch_size=16, accumulation_steps=2), tmp_path / "t")
+    assert m.ok, m.reason
+    assert m.samples_per_step == 32 and m.measured_steps == 6
+    assert abs(m.samples_per_s - 6 * 32 / m.window_s) < 1e-6 * m.samples_per_s
+    assert m.step_time_median_s > 0 and m.step_time_cv >= 0
+    assert m.mem_kind == "cuda_reserved"
+    assert m.peak_mem_bytes >= m.peak_allocated_bytes > 0
+    assert m.alloc_retries == 0
+    assert len(m.losses) == 8 and all(x == x for x in m.losses)
+
+
+def test_a_device_oom_is_a_recorded_oom_trial(write_space, tmp_path):
+    # faulty.py: micro-batch 10 asks the batch's device for 32 TiB.
+    space = load_space(write_space(CUDA_SPACE.replace("{workloads}:WORKLOAD", f"{FAULTY}:faulty")))
+    m = run_trial(space, Config(batch_size=10), tmp_path / "oom")
+    assert m.status == "oom", m.reason
+    assert "out of memory" in m.reason.lower()
+
+
+def test_the_probe_finds_the_gpu_and_its_knobs(write_space, tmp_path):
+    space = _space(write_space)
+    result = probe(space, tmp_path / "probe")
+    caps, env = result["capabilities"], result["environment"]
+    assert caps["device"] == "cuda" and caps["gpu_count"] >= 1
+    assert caps["fp16"] and caps["matmul_precisions"][:2] == ["highest", "high"]
+    assert env["device"] == "cuda" and env["cuda"] and env["device_memory_bytes"] > 2**30
+    # NVML found the same GPU by its PCI bus id: same memory size, up to what CUDA reserves.
+    assert env.get("driver"), "NVML gave no driver version"
+    assert env["nvml_total_bytes"] == pytest.approx(env["device_memory_bytes"], rel=0.05)
+    full = load_space(
+        write_space(
+            """
+        workload: {workloads}:tiny
+        device: cuda
+        knobs:
+          pin_memory: [false, true]
+          non_blocking: [false, true]
+          cudnn_benchmark: [false, true]
+          matmul_precision: [highest, high]
+          compile_mode: ["off", reduce-overhead]
+    """,
+            "full.yaml",
+        )
+    )
+    restricted, notes = full.restrict(Capabilities.from_dict(caps))
+    for knob in ("pin_memory", "non_blocking", "cudnn_benchmark"):
+        assert restricted.knobs[knob] == (False, True), notes
+    assert restricted.knobs["matmul_precision"] == ("highest", "high"), notes
+    if caps["compile"]:
+        assert "reduce-overhead" in restricted.knobs["compile_mode"], notes

@@ -1,0 +1,249 @@
+"""Export formats: every format carries a known config's values; nothing is dropped."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import ROOT
+
+from autotune import Config, config_from_env, export_config, load_config
+from autotune.output.export import FORMATS, load_best
+from autotune.output.trainer_args import hf_training_arguments, lightning_kwargs
+
+KNOWN = Config(
+    batch_size=64,
+    accumulation_steps=2,
+    amp_dtype="bf16",
+    num_workers=2,
+    compile_mode="max-autotune",
+    gradient_checkpointing=True,
+)
+
+# transformers.TrainingArguments fields this exporter may emit, as documented in
+# transformers' src/transformers/training_args.py (TrainingArguments docstring, 4.36+ and 5.x:
+# "Mixed Precision Training", "Dataloader", "Compilation", "Gradient Checkpointing",
+# "Optimizer" sections). transformers is not installed in CI on purpose (heavy); where it is
+# (the GPU image), the test checks the real dataclass and builds TrainingArguments.
+HF_DOCUMENTED_FIELDS = {
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "bf16",
+    "fp16",
+    "tf32",
+    "dataloader_num_workers",
+    "dataloader_pin_memory",
+    "dataloader_persistent_workers",
+    "dataloader_prefetch_factor",
+    "torch_compile",
+    "torch_compile_mode",
+    "gradient_checkpointing",
+    "optim",
+    "use_cpu",
+}
+# lightning.pytorch.Trainer(...) arguments used (Lightning 2.x Trainer API reference).
+LIGHTNING_TRAINER_ARGS = {"precision", "accumulate_grad_batches", "benchmark"}
+LIGHTNING_PRECISIONS = {"32-true", "bf16-mixed", "16-mixed"}
+
+# The knobs another branch is adding to Config, with one value each.
+FUTURE = {
+    "pin_memory": True,
+    "persistent_workers": True,
+    "prefetch_factor": 4,
+    "non_blocking": True,
+    "matmul_precision": "high",
+    "channels_last": True,
+    "sdpa_backend": "flash",
+    "optimizer_impl": "fused",
+    "zero_grad_set_to_none": True,
+    "jit": "off",
+    "compile_dynamic": "auto",
+    "compile_fullgraph": False,
+    "num_threads": 4,
+    "interop_threads": 0,
+    "checkpoint_every": 2,
+}
+
+
+@pytest.mark.parametrize("fmt", ["yaml", "json"])
+def test_yaml_and_json_load_back_to_the_same_config(fmt, tmp_path):
+    path = tmp_path / f"best.{fmt}"
+    path.write_text(export_config(KNOWN, fmt, evidence={"measured": {"trial": 3}}))
+    assert load_config(path) == KNOWN
+    assert load_best(path)[1]["measured"]["trial"] == 3
+
+
+def test_hf_kwargs_carry_the_values_under_documented_names(tmp_path):
+    text = export_config(KNOWN, "hf")
+    ns: dict = {}
+    exec(text, ns)  # the snippet is valid Python
+    kw = ns["training_args_kwargs"]
+    assert kw == hf_training_arguments(KNOWN.to_dict()).kwargs["TrainingArguments"]
+    assert set(kw) <= HF_DOCUMENTED_FIELDS
+    assert kw["per_device_train_batch_size"] == 64 and kw["gradient_accumulation_steps"] == 2
+    assert kw["bf16"] is True and kw["fp16"] is False
+    assert kw["dataloader_num_workers"] == 2 and kw["dataloader_pin_memory"] is False
+    assert kw["torch_compile"] is True and kw["torch_compile_mode"] == "max-autotune"
+    assert kw["gradient_checkpointing"] is True
+    assert "cudnn_benchmark=False (the default: nothing to set)" in text
+    try:
+        import transformers
+    except ImportError:
+        return
+    fields = {f.name for f in __import__("dataclasses").fields(transformers.TrainingArguments)}
+    assert set(kw) <= fields
+    # Built for real as measured here: on a GPU, or on the CPU with use_cpu (bf16 is refused
+    # on a CPU without it).
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    kw = hf_training_arguments(KNOWN.to_dict(), device).kwargs["TrainingArguments"]
+    assert set(kw) <= fields
+    try:
+        args = transformers.TrainingArguments(output_dir=str(tmp_path), **kw)
+    except ImportError:  # TrainingArguments needs accelerate
+        return
+    assert args.per_device_train_batch_size == 64 and args.gradient_accumulation_steps == 2
+    assert args.bf16 and args.torch_compile_mode == "max-autotune"
+    assert args.device.type == device
+
+
+def test_hf_export_of_a_cpu_measured_config_keeps_the_trainer_on_the_cpu():
+    text = export_config(KNOWN, "hf", evidence={"environment": {"device": "cpu"}})
+    ns: dict = {}
+    exec(text, ns)
+    assert ns["training_args_kwargs"]["use_cpu"] is True
+    assert "measured on the CPU: use_cpu=True" in text
+    gpu = export_config(KNOWN, "hf", evidence={"environment": {"device": "cuda"}})
+    assert "use_cpu" not in gpu
+    env = export_config(KNOWN, "env", evidence={"environment": {"device": "cpu"}})
+    assert "--use_cpu True" in env
+
+
+def test_lightning_kwargs_carry_the_values_and_the_dataloader_accepts_them():
+    text = export_config(KNOWN, "lightning")
+    ns: dict = {}
+    exec(text, ns)
+    trainer, loader = ns["trainer_kwargs"], ns["dataloader_kwargs"]
+    assert trainer == {"precision": "bf16-mixed", "accumulate_grad_batches": 2, "benchmark": False}
+    assert set(trainer) <= LIGHTNING_TRAINER_ARGS and trainer["precision"] in LIGHTNING_PRECISIONS
+    assert loader == {
+        "batch_size": 64,
+        "num_workers": 2,
+        "pin_memory": False,
+        "persistent_workers": False,
+        "prefetch_factor": 2,
+    }
+    dl = torch.utils.data.DataLoader(list(range(8)), **loader)
+    assert (dl.batch_size, dl.num_workers) == (64, 2)
+    # compile and checkpointing are not Trainer arguments: said so, with how to do it
+    assert "compile_mode='max-autotune': no equivalent in Trainer arguments" in text
+    assert "torch.compile(model, mode='max-autotune')" in text
+    assert "gradient_checkpointing=True: no equivalent" in text
+    try:  # where Lightning is installed (the GPU image has it), the Trainer takes them
+        from lightning.pytorch import Trainer
+    except ImportError:
+        return
+    t = Trainer(**trainer, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    assert t.accumulate_grad_batches == 2
+
+
+def test_env_fragment_reads_back_to_the_same_config():
+    text = export_config(KNOWN, "env")
+    env = {}
+    for line in text.splitlines():
+        if line.startswith("export "):
+            name, _, value = line.removeprefix("export ").partition("=")
+            env[name] = shlex.split(value)[0]
+    assert config_from_env(env) == KNOWN
+    flags = shlex.split(env["AUTOTUNE_HF_ARGS"])
+    assert flags[flags.index("--per_device_train_batch_size") + 1] == "64"
+    assert flags[flags.index("--bf16") + 1] == "True"
+
+
+def test_future_and_unknown_knobs_are_mapped_or_listed_never_dropped():
+    values = {**KNOWN.to_dict(), **FUTURE, "brand_new_knob": 7}
+    for mapped in (hf_training_arguments(values), lightning_kwargs(values)):
+        # a knob is expressed under a target name or listed; count each knob once
+        listed = set(mapped.no_equivalent)
+        assert "brand_new_knob" in listed
+        assert mapped.no_equivalent["brand_new_knob"].startswith("7: no equivalent")
+        assert "channels_last" in listed and "sdpa_backend" in listed
+    hf = hf_training_arguments(values)
+    kw = hf.kwargs["TrainingArguments"]
+    assert set(kw) <= HF_DOCUMENTED_FIELDS
+    assert kw["dataloader_pin_memory"] is True and kw["dataloader_persistent_workers"] is True
+    assert kw["dataloader_prefetch_factor"] == 4 and kw["tf32"] is True
+    assert kw["optim"] == "adamw_torch_fused"
+    expressed = {
+        "batch_size",
+        "accumulation_steps",
+        "amp_dtype",
+        "num_workers",
+        "pin_memory",
+        "persistent_workers",
+        "prefetch_factor",
+        "compile_mode",
+        "matmul_precision",
+        "gradient_checkpointing",
+        "optimizer_impl",
+    }
+    assert set(values) == expressed | set(hf.no_equivalent)
+    medium = hf_training_arguments({**values, "matmul_precision": "medium"})
+    assert "tf32" not in medium.kwargs["TrainingArguments"]
+    assert "set_float32_matmul_precision('medium')" in medium.no_equivalent["matmul_precision"]
+    lt = lightning_kwargs(values)
+    assert lt.kwargs["DataLoader"]["prefetch_factor"] == 4
+    torch.utils.data.DataLoader(list(range(8)), **lt.kwargs["DataLoader"])
+    assert set(inspect.signature(torch.utils.data.DataLoader).parameters) >= set(
+        lt.kwargs["DataLoader"]
+    )
+
+
+def _cli(*args, cwd):
+    return subprocess.run(
+        [sys.executable, "-m", "autotune", *args],
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_cli_export_from_a_study_and_from_best_config(small_study, tmp_path):
+    space, storage, runs, result = small_study
+    best = result.best.config
+    r = _cli("export", str(space.source), "--storage", storage, "-f", "hf", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert f"'per_device_train_batch_size': {best.batch_size}," in r.stdout
+    assert f"trial #{result.best.number} of study {space.study.name}" in r.stdout
+    out = tmp_path / "best.json"
+    r = _cli("export", str(result.best_config_path), "-f", "json", "-o", str(out), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert load_config(out) == best
+    for fmt in FORMATS:
+        r = _cli("export", str(result.best_config_path), "--format", fmt, cwd=tmp_path)
+        assert r.returncode == 0, (fmt, r.stderr)
+        if fmt == "json":  # JSON has no comments: the evidence is data
+            assert json.loads(r.stdout)["measured"]["trial"] == result.best.number
+        else:
+            assert r.stdout.startswith(f"# autotune: trial #{result.best.number} "), fmt
+
+
+def test_cli_export_mistakes_are_one_line_and_exit_1(small_study, tmp_path):
+    result = small_study[3]
+    other = tmp_path / "other.yaml"
+    other.write_text("just: a mapping\n")
+    for args, message in [
+        ((str(result.best_config_path), "-f", "toml"), "format must be one of yaml, json"),
+        ((str(other),), "must be a space file (with workload:) or a best_config.yaml"),
+        ((str(tmp_path / "missing.yaml"),), "cannot read"),
+    ]:
+        r = _cli("export", *args, cwd=tmp_path)
+        assert r.returncode == 1 and message in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1

@@ -1,0 +1,93 @@
+"""One real trial in a real subprocess."""
+
+from __future__ import annotations
+
+from autotune import Config, load_space
+from autotune.study.runner import probe, run_trial
+from autotune.study.storage import records
+
+
+def test_one_trial_is_measured_in_a_subprocess(write_space, tmp_path):
+    space = load_space(
+        write_space("""
+        workload: {workloads}:tiny
+        knobs: {batch_size: [16]}
+        trial: {warmup_steps: 2, measured_steps: 6, timeout_s: 120}
+    """)
+    )
+    m = run_trial(space, Config(batch_size=16, accumulation_steps=2), tmp_path / "t0")
+    assert m.ok, m.reason
+    assert m.samples_per_step == 32 and m.measured_steps == 6
+    assert m.samples_per_s > 0 and m.window_s > 0
+    # throughput is the window's: steps x samples per step / window time
+    assert abs(m.samples_per_s - 6 * 32 / m.window_s) < 1e-6 * m.samples_per_s
+    assert m.step_time_median_s > 0 and m.step_time_cv >= 0
+    assert m.warmup_s > 0 and m.compile_s >= 0 and m.startup_s > 0
+    assert m.mem_kind == "cpu_rss" and m.peak_mem_bytes > 50 * 2**20  # torch alone is more
+    assert len(m.losses) == 8  # warm-up and measured steps
+    for name in ("spec.json", "result.json", "stdout.log", "stderr.log"):
+        assert (tmp_path / "t0" / name).exists()
+
+
+def test_same_config_and_seed_give_the_same_losses(write_space, tmp_path):
+    space = load_space(
+        write_space("""
+        workload: {workloads}:tiny
+        trial: {warmup_steps: 1, measured_steps: 3}
+    """)
+    )
+    a = run_trial(space, Config(batch_size=16, accumulation_steps=2), tmp_path / "a")
+    b = run_trial(space, Config(batch_size=32, num_workers=1), tmp_path / "b")
+    # same global batch, seed and sample order: the same trajectory up to float rounding
+    assert all(abs(x - y) < 1e-4 for x, y in zip(a.losses, b.losses, strict=True))
+
+
+def test_probe_reports_capabilities_and_environment(write_space, tmp_path):
+    space = load_space(write_space("workload: {workloads}:tiny\n"))
+    result = probe(space, tmp_path / "probe")
+    caps, env = result["capabilities"], result["environment"]
+    assert caps["device"] == "cpu" and caps["workload_blocks"] == 2
+    assert not caps["conv2d"] and not caps["attention"] and caps["optimizer"] == "SGD"
+    assert "math" in caps["sdpa_backends"] and caps["matmul_precisions"][0] == "highest"
+    assert env["torch"] and env["cpu_count"] >= 1 and env["device_memory_bytes"] > 0
+    assert result["workload"]["dataset_len"] == 512
+
+
+def test_records_is_empty_for_a_fresh_study():
+    import optuna
+
+    assert records(optuna.create_study()) == []
+
+
+def test_threads_are_set_before_the_workload_is_built(write_space, tmp_path):
+    space = load_space(
+        write_space("""
+        workload: {workloads}:expects_threads
+        workload_args: {threads: 1, interop: 1}
+        trial: {warmup_steps: 1, measured_steps: 2}
+    """)
+    )
+    m = run_trial(space, Config(num_threads=1, interop_threads=1), tmp_path / "t")
+    assert m.ok, m.reason
+    wrong = run_trial(space, Config(), tmp_path / "default")
+    assert wrong.status == "failed" and "expected (1, 1)" in wrong.reason
+
+
+def test_compiler_failures_are_recorded_with_a_readable_reason(write_space, tmp_path):
+    def trial(workload, config):
+        space = load_space(
+            write_space(f"workload: {{workloads}}:{workload}\ntrial: {{measured_steps: 2}}\n")
+        )
+        return run_trial(space, config, tmp_path / workload)
+
+    m = trial("graph_break", Config(compile_mode="default", compile_fullgraph=True))
+    assert m.status == "failed"
+    assert m.reason.startswith(
+        "torch.compile (compile_mode=default compile_fullgraph=true) failed: Unsupported: "
+    )
+    assert "graph_break()" in m.reason
+    m = trial("unscriptable", Config(jit="script"))
+    assert m.status == "failed" and m.reason.startswith("jit=script: torch.jit.script failed: ")
+    m = trial("tiny_attention", Config(sdpa_backend="efficient"))  # no such kernel on CPU
+    assert m.status == "failed"
+    assert m.reason.startswith("sdpa_backend=efficient: torch has no such attention kernel")

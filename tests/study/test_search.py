@@ -1,0 +1,160 @@
+"""Search machinery: dedupe, grid, confirmation, replay, pruning."""
+
+from __future__ import annotations
+
+import itertools
+
+import optuna
+
+from autotune import Config, Measurement, load_space, tune
+from autotune.results import TrialRecord, TuneResult
+from autotune.study.replay import ReplayBackend, record_table
+
+SPACE = """
+    workload: {workloads}:tiny
+    knobs: {batch_size: [4, 8, 16, 32], num_workers: [0, 1], gradient_checkpointing: [false, true]}
+    baseline: {batch_size: 8}
+    global_batch: 32
+    search: {sampler: SAMPLER, confirm_top: CONFIRM, seed: 3}
+    budget: {n_trials: 16}
+"""
+
+
+def _table() -> dict:
+    """16 configs; throughput grows with batch size, workers help, checkpointing costs."""
+    rows = []
+    for bs, w, ck in itertools.product([4, 8, 16, 32], [0, 1], [False, True]):
+        config = Config(
+            batch_size=bs, accumulation_steps=32 // bs, num_workers=w, gradient_checkpointing=ck
+        )
+        rate = 100.0 * bs**0.5 * (1.2 if w else 1.0) * (0.7 if ck else 1.0)
+        m = Measurement(
+            status="ok",
+            samples_per_s=rate,
+            samples_per_step=32,
+            measured_steps=5,
+            losses=[1.0, 0.9, 0.8],
+            step_time_cv=0.01,
+            wall_s=2.0,
+            startup_s=1.0,
+        )
+        rows.append({"config": config.to_dict(), "measurement": m.to_dict()})
+    return {
+        "environment": {"device": "cpu"},
+        "capabilities": {"device": "cpu", "cpu_count": 2, "workload_blocks": 2},
+        "measurements": rows,
+    }
+
+
+def _space(write_space, sampler="tpe", confirm=0):
+    return load_space(
+        write_space(SPACE.replace("SAMPLER", sampler).replace("CONFIRM", str(confirm)))
+    )
+
+
+def test_replay_finds_the_table_optimum_and_never_reruns_a_config(write_space, tmp_path):
+    space = _space(write_space)
+    backend = ReplayBackend(_table())
+    result = tune(space, storage="memory", out_dir=tmp_path, backend=backend, n_trials=12)
+    keys = [c.key() for c in backend.calls]
+    assert len(keys) == len(set(keys)) == 12  # duplicates were reused, not re-run
+    optimum, value = backend.optimum(space)
+    assert optimum == Config(batch_size=32, accumulation_steps=1, num_workers=1)
+    assert result.best.config == optimum and abs(result.best.value - value) < 1e-9
+    assert result.baseline.config.batch_size == 8
+    assert round(result.speedup, 3) == 2.4  # sqrt(32/8) x 1.2 for the worker
+
+
+def test_grid_measures_every_config_once(write_space, tmp_path):
+    space = _space(write_space, sampler="grid")
+    backend = ReplayBackend(_table())
+    result = tune(space, storage="memory", out_dir=tmp_path, backend=backend, n_trials=100)
+    assert len(backend.calls) == 16 == len({c.key() for c in backend.calls})
+    assert len(result.trials) == 16
+    assert any("all 16 configs of the space are measured" in n for n in result.notes)
+
+
+def test_confirmation_remeasures_baseline_and_top_and_ranks_by_median(write_space, tmp_path):
+    space = _space(write_space, confirm=2)
+    backend = ReplayBackend(_table())
+    result = tune(space, storage="memory", out_dir=tmp_path, backend=backend, n_trials=6)
+    repeated = backend.calls[6:]
+    assert len(repeated) == 3  # baseline + top 2, one more run each
+    assert repeated[0] == space.baseline
+    confirmed = [t for t in result.trials if t.runs == 2]
+    assert len(confirmed) == 3 and all(t.spread == 0 for t in confirmed)
+
+
+def test_within_noise_flag():
+    def rec(n, value, spread):
+        return TrialRecord(n, Config(), Measurement(status="ok"), value, runs=3, spread=spread)
+
+    close = TuneResult.from_trials("s", "m", [rec(0, 100.0, 0.01), rec(1, 103.0, 0.05)])
+    assert close.best.number == 1 and close.within_noise  # 3% lead, 5% spread
+    clear = TuneResult.from_trials("s", "m", [rec(0, 100.0, 0.01), rec(1, 130.0, 0.02)])
+    assert clear.within_noise is False and round(clear.lead, 2) == 0.30
+
+
+def test_record_a_real_study_then_replay_it(write_space, tmp_path):
+    space = load_space(
+        write_space("""
+        workload: {workloads}:tiny
+        knobs: {batch_size: [8, 16, 32]}
+        baseline: {batch_size: 16}
+        global_batch: 32
+        trial: {warmup_steps: 1, measured_steps: 3}
+        search: {sampler: grid, confirm_top: 0, prune: false}
+        budget: {n_trials: 3}
+    """)
+    )
+    storage = f"sqlite:///{tmp_path}/grid.db"
+    live = tune(space, storage=storage, out_dir=tmp_path / "live")
+    study = optuna.load_study(study_name="space", storage=storage)
+    table = record_table(study, tmp_path / "table.json")
+    assert len(table["measurements"]) == 3 and table["reference"]["losses"]
+    backend = ReplayBackend(tmp_path / "table.json")
+    replayed = tune(space, storage="memory", out_dir=tmp_path / "replay", backend=backend)
+    assert replayed.best.config == live.best.config
+    assert abs(replayed.best.value - live.best.value) < 1e-9
+    assert backend.optimum(space)[0] == live.best.config
+
+
+def test_a_clearly_slower_trial_is_pruned(write_space, tmp_path):
+    # Micro-batch 4 sleeps 5 ms a step: once the baseline (8) is measured, the batch-4
+    # trial is stopped after 30% of its measured steps.
+    space = write_space("""
+        workload: {workloads}:sleepy
+        knobs: {batch_size: [8, 4]}
+        baseline: {batch_size: 8}
+        global_batch: free
+        trial: {warmup_steps: 2, measured_steps: 600, timeout_s: 120}
+        search: {prune: true, prune_after: 0.3, prune_margin: 0.2, confirm_top: 0}
+        budget: {n_trials: 2}
+    """)
+    result = tune(space, storage=f"sqlite:///{tmp_path}/s.db", out_dir=tmp_path / "runs")
+    slow = next(t for t in result.trials if t.config.batch_size == 4)
+    fast = next(t for t in result.trials if t.config.batch_size == 8)
+    assert fast.status == "ok" and fast.measurement.measured_steps == 600
+    assert slow.status == "pruned", slow.reason
+    assert "cannot beat the best" in slow.reason
+    assert 180 <= slow.measurement.measured_steps < 600
+    assert slow.measurement.samples_per_s < fast.measurement.samples_per_s / 1.2
+    count, saved_s = result.pruning_saved_s()
+    assert count == 1 and saved_s > 0
+    assert result.best.config.batch_size == 8
+
+
+def test_a_sampler_proposing_measured_configs_still_spends_the_budget(write_space, tmp_path):
+    # On 16 configs TPE soon proposes measured ones again and again; each is answered from
+    # storage, and after a few in a row the tuner measures an unmeasured neighbour of the
+    # best (or a random unmeasured config) instead of giving up with budget left.
+    space = _space(write_space)
+    backend = ReplayBackend(_table())
+    storage = f"sqlite:///{tmp_path}/s.db"
+    result = tune(space, storage=storage, out_dir=tmp_path, backend=backend, n_trials=16)
+    keys = [c.key() for c in backend.calls]
+    assert len(keys) == len(set(keys)) == 16
+    assert any("all 16 configs of the space are measured" in n for n in result.notes)
+    study = optuna.load_study(study_name="space", storage=storage)
+    fallback = [t.user_attrs.get("proposed_by") for t in study.trials]
+    assert {"neighbour", "random"} & set(fallback)

@@ -1,0 +1,177 @@
+"""The package's layers (docs/architecture.md): what may import what.
+
+values (knobs, config, space, ...) <- trial/ (the trial process, torch)
+values <- study/ (the driver, optuna) <- output/ (terminal, HTML, exports) <- cli
+Nothing but the lazy public API in ``autotune/__init__.py`` names ``trial/``: the driver
+starts trials by module name. Imports inside functions count like any other.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+PACKAGE = ROOT / "autotune"
+LAYERS = ("trial", "study", "output")
+# layer -> the layers it may import (values are every module outside the three folders)
+ALLOWED = {
+    "values": {"values"},
+    "trial": {"values", "trial"},
+    "study": {"values", "study"},
+    "output": {"values", "study", "output"},
+    "cli": {"values", "study", "output", "cli"},
+}
+# The driver's layers never import torch, not even inside a function.
+TORCH_FREE = ("study", "output", "cli")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def layer(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) > 1 and parts[1] in LAYERS:
+        return parts[1]
+    if parts[1:] in (["cli"], ["__main__"]):
+        return "cli"
+    return "api" if module == "autotune" else "values"
+
+
+def imports(path: Path, name: str | None = None) -> list[tuple[str, int, bool]]:
+    """(imported module, line, at module level) for every import in ``path`` (the module
+    ``name``, by default the one the path says)."""
+    name = name or module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    tree = ast.parse(path.read_text(), str(path))
+    top = {id(node) for node in tree.body}
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            # `from . import runner` imports the module autotune.study.runner
+            targets = [
+                f"{target}.{a.name}" if f"{target}.{a.name}" in MODULES else target
+                for a in node.names
+            ]
+        else:
+            continue
+        out += [(t, node.lineno, id(node) in top) for t in targets]
+    return out
+
+
+def own_imports(path: Path, name: str | None = None) -> list[tuple[str, int, bool]]:
+    """Imports of autotune modules (a name imported from a module counts as the module)."""
+    name = name or module_name(path)
+    out = []
+    for target, line, top in imports(path, name):
+        while target and target not in MODULES:
+            target = target.rpartition(".")[0]
+        if target and target != "autotune" and target != name:
+            out.append((target, line, top))
+    return sorted(set(out))
+
+
+def layer_violations(name: str, path: Path) -> list[str]:
+    mine = layer(name)
+    if mine == "api":
+        return []
+    return [
+        f"{name}:{line} ({mine}) imports {target}"
+        for target, line, _ in own_imports(path, name)
+        if layer(target) not in ALLOWED[mine]
+    ]
+
+
+def test_each_layer_imports_only_the_layers_below_it():
+    assert [v for name, path in MODULES.items() for v in layer_violations(name, path)] == []
+
+
+def test_the_driver_layers_never_import_torch():
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for name, path in MODULES.items()
+        if layer(name) in TORCH_FREE
+        for target, line, top in imports(path)
+        if target.split(".")[0] == "torch"
+    ]
+    assert wrong == []
+
+
+def test_values_import_neither_torch_nor_optuna_at_module_level():
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line} imports {target}"
+        for name, path in MODULES.items()
+        if layer(name) == "values"
+        for target, line, top in imports(path)
+        if top and target.split(".")[0] in ("torch", "optuna")
+    ]
+    assert wrong == []
+
+
+def test_no_import_cycles_even_through_function_level_imports():
+    graph = {name: {t for t, _, _ in own_imports(path)} for name, path in MODULES.items()}
+    cycles = []
+
+    def visit(node: str, stack: list[str], done: set[str]) -> None:
+        for nxt in sorted(graph[node]):
+            if nxt in stack:
+                cycles.append(" -> ".join([*stack[stack.index(nxt) :], nxt]))
+            elif nxt not in done:
+                visit(nxt, [*stack, nxt], done)
+        done.add(node)
+
+    done: set[str] = set()
+    for name in sorted(graph):
+        if name not in done:
+            visit(name, [name], done)
+    assert cycles == []
+
+
+def test_the_checks_see_a_function_level_import_of_a_sibling_layer(tmp_path):
+    fake = tmp_path / "tuner.py"
+    source = (PACKAGE / "study" / "tuner.py").read_text()
+    fake.write_text(source + "\n\ndef _sneaky():\n    from ..output import console\n")
+    assert layer_violations("autotune.study.tuner", fake) == [
+        f"autotune.study.tuner:{len(source.splitlines()) + 4} (study) imports "
+        "autotune.output.console"
+    ]
+    assert layer_violations("autotune.study.tuner", PACKAGE / "study" / "tuner.py") == []
+
+
+@pytest.mark.parametrize("extra", ["", "import autotune.cli"])
+def test_the_driver_side_never_loads_torch(extra):
+    """In a fresh interpreter: the package, the driver and the output layer (every module
+    of study/ and output/, and the public names that live there) leave torch unloaded."""
+    driver = [n for n, _ in MODULES.items() if layer(n) in ("study", "output", "values")]
+    code = "\n".join(
+        [
+            "import sys, importlib",
+            "import autotune, autotune.study, autotune.output",
+            extra,
+            *(f"importlib.import_module({n!r})" for n in driver),
+            "names = [n for n in autotune.__all__ if n not in ('apply', 'Applied', "
+            "'apply_workload')]",
+            "[getattr(autotune, n) for n in names]",
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')[:3])",
+        ]
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -1,0 +1,67 @@
+"""Results as values: repeats folded into their config, the ranking, best_config.yaml."""
+
+from __future__ import annotations
+
+import yaml
+
+from autotune import Config, Measurement, TrialRecord, TuneResult, load_config
+from autotune.results import BASELINE, REPEAT, SEARCH, write_best_config
+
+OK = Measurement(status="ok", samples_per_s=1.0, peak_mem_bytes=100)
+
+
+def run(number, batch, value, role=SEARCH, repeat_of=None, status="ok", reason=""):
+    return TrialRecord(
+        number,
+        Config(batch_size=batch),
+        OK,
+        value,
+        role,
+        status=status,
+        reason=reason,
+        repeat_of=repeat_of,
+    )
+
+
+def test_configs_are_ranked_by_the_median_of_their_runs_not_the_first():
+    trials = [
+        run(0, 8, 100.0, BASELINE),
+        run(1, 16, 300.0),  # a lucky first run...
+        run(2, 32, 200.0),
+        run(3, 16, 150.0, REPEAT, repeat_of=1),  # ...that its repeats do not confirm
+        run(4, 16, 140.0, REPEAT, repeat_of=1),
+        run(5, 32, 210.0, REPEAT, repeat_of=2),
+        run(6, 32, 190.0, REPEAT, repeat_of=2),
+    ]
+    result = TuneResult.from_trials("s", "memory", trials)
+    assert result.best.number == 2 and result.best.value == 200.0
+    assert result.runner_up.number == 1 and result.runner_up.value == 150.0
+    assert (result.best.runs, result.runner_up.runs) == (3, 3)
+    assert result.runner_up.spread == (300.0 - 140.0) / 150.0
+    assert [t.number for t in result.trials] == [0, 1, 2]  # repeats folded in
+
+
+def test_a_failed_repeat_makes_its_config_infeasible():
+    trials = [
+        run(0, 8, 100.0, BASELINE),
+        run(1, 16, 300.0),
+        run(2, 16, 0.0, REPEAT, repeat_of=1, status="oom", reason="out of memory"),
+    ]
+    result = TuneResult.from_trials("s", "memory", trials)
+    folded = next(t for t in result.trials if t.number == 1)
+    assert not folded.feasible and folded.status == "oom"
+    assert folded.reason == "repeat run #2: out of memory"
+    assert result.best.number == 0  # the baseline is the only feasible config
+
+
+def test_best_config_yaml_loads_back_and_carries_the_evidence(tmp_path):
+    trials = [run(0, 8, 100.0, BASELINE), run(1, 16, 150.0)]
+    result = TuneResult.from_trials(
+        "s", "memory", trials, environment={"device_name": "cpu"}, global_batch=None
+    )
+    path = write_best_config(result, tmp_path / "best_config.yaml")
+    assert load_config(str(path)) == Config(batch_size=16)
+    data = yaml.safe_load(path.read_text())
+    assert data["measured"]["speedup"] == 1.5 and data["measured"]["baseline_trial"] == 0
+    assert "convergence may differ" in data["measured"]["warning"]  # free global batch
+    assert path.read_text().startswith("# autotune recommendation.")
