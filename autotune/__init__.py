@@ -22,6 +22,7 @@ __all__ = [
     "Space",
     "SpaceError",
     "StorageError",
+    "Tokens",
     "TrialRecord",
     "TuneResult",
     "Workload",
@@ -66,6 +67,7 @@ _WHERE = {
     "tune": "study.tuner",
     "run_workers": "study.workers",
     "Workload": "workload",
+    "Tokens": "workload",
 }
 
 

@@ -29,6 +29,8 @@ class Config:
     pin_memory: bool = KNOBS["pin_memory"].default
     persistent_workers: bool = KNOBS["persistent_workers"].default
     prefetch_factor: int = KNOBS["prefetch_factor"].default
+    length_grouping: str = KNOBS["length_grouping"].default
+    pad_to_multiple_of: int = KNOBS["pad_to_multiple_of"].default
     non_blocking: bool = KNOBS["non_blocking"].default
     cudnn_benchmark: bool = KNOBS["cudnn_benchmark"].default
     matmul_precision: str = KNOBS["matmul_precision"].default
@@ -83,8 +85,14 @@ class Config:
         return dataclasses.replace(self, **changes)
 
     def key(self) -> str:
-        """A stable string identifying this config (used to skip re-running it)."""
-        return ",".join(f"{k}={v}" for k, v in sorted(self.to_dict().items()))
+        """A stable string identifying this config (used to skip re-running it).
+
+        Knobs at their default are left out, so a knob added to autotune later does not
+        change the key of a config stored before it.
+        """
+        return ",".join(
+            f"{k}={v}" for k, v in sorted(self.to_dict().items()) if v != KNOBS[k].default
+        )
 
     def short(self) -> str:
         """A compact human form: the micro-batch, then every knob that is not at its default.
@@ -110,6 +118,8 @@ _SHORT = {
     "pin_memory": "pin",
     "persistent_workers": "persist",
     "prefetch_factor": "prefetch",
+    "length_grouping": "group",
+    "pad_to_multiple_of": "pad_to",
     "non_blocking": "nonblock",
     "cudnn_benchmark": "cudnn_bench",
     "world_size": "ddp",

@@ -17,6 +17,7 @@ MATMUL_PRECISIONS = ("highest", "high", "medium")
 SDPA_BACKENDS = ("auto", "math", "efficient", "flash", "cudnn")
 OPTIMIZER_IMPLS = ("default", "foreach", "fused", "for-loop")
 JIT_MODES = ("off", "script", "trace")
+LENGTH_GROUPING = ("off", "grouped")
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,8 @@ class Capabilities:
     matmul_precisions: tuple[str, ...] = ("highest",)  # those that change fp32 matmuls here
     optimizer: str = ""  # class name of the workload's optimizer
     optimizer_impls: tuple[str, ...] = ()  # optimizer_impl values it can be rebuilt with
+    tokens: bool = False  # samples are variable-length token sequences (Workload.tokens)
+    token_collate: bool = False  # ... and autotune pads them (no collate_fn of its own)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Capabilities:
@@ -240,6 +243,22 @@ def _sdpa_unsupported(caps: Capabilities, value: str) -> str | None:
     return None
 
 
+def _grouping_unsupported(caps: Capabilities, value: str) -> str | None:
+    if value != "off" and not caps.tokens:
+        return "the workload's samples are not token sequences (Workload.tokens)"
+    return None
+
+
+def _pad_multiple_unsupported(caps: Capabilities, value: int) -> str | None:
+    if value == 1:
+        return None
+    if not caps.tokens:
+        return "the workload's samples are not token sequences (Workload.tokens)"
+    if not caps.token_collate:
+        return "the workload pads its batches itself (Workload.collate_fn)"
+    return None
+
+
 def _optimizer_impl_unsupported(caps: Capabilities, value: str) -> str | None:
     if value != "default" and value not in caps.optimizer_impls:
         optimizer = caps.optimizer or "the workload's optimizer"
@@ -325,6 +344,25 @@ KNOBS: dict[str, Knob] = {
             "costs memory",
             minimum=1,
             requires=_with_workers,
+        ),
+        Knob(
+            "length_grouping",
+            "choice",
+            "off",
+            "batch samples of similar length (sorted within shuffled mega-batches of 50 "
+            "optimizer steps, like HF's group_by_length): less padding, a less random order "
+            "(token workloads)",
+            choices=LENGTH_GROUPING,
+            unsupported=_grouping_unsupported,
+        ),
+        Knob(
+            "pad_to_multiple_of",
+            "int",
+            1,
+            "pad each batch's length up to a multiple of this (8/64: tensor-core and "
+            "compile-shape friendly, fewer recompiles) at the cost of padded positions",
+            minimum=1,
+            unsupported=_pad_multiple_unsupported,
         ),
         Knob(
             "non_blocking",

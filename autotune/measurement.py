@@ -11,6 +11,7 @@ from typing import Any
 # "over-memory" and "accuracy" (autotune.study.scoring). Only "ok" may win.
 OK, FAILED, OOM, TIMEOUT, NAN = "ok", "failed", "oom", "timeout", "nan"
 PRUNED = "pruned"  # stopped early: it could not beat the best so far
+TOKENS = "tokens"  # Measurement.unit of token workloads (the default unit is "samples")
 
 
 def compile_estimate_s(warmup_s: float, warmup_steps: int, step_s: float) -> float:
@@ -27,7 +28,10 @@ class Measurement:
     """What one trial measured. Times in seconds, memory in bytes.
 
     ``samples_per_s`` is steady-state throughput over the measured window, data loading
-    included; ``warmup_s`` (compile included) is not in it and reported apart.
+    included; ``warmup_s`` (compile included) is not in it and reported apart. For token
+    workloads (``unit == "tokens"``), ``tokens_per_s`` counts real (non-padding) tokens
+    and is what the trial is scored on; ``padding_share`` is the share of token positions
+    in the window's batches that were padding.
     """
 
     status: str
@@ -35,6 +39,14 @@ class Measurement:
     samples_per_s: float | None = None
     tokens_per_s: float | None = None
     samples_per_step: int | None = None
+    unit: str = "samples"  # what the objective counts: "samples" or (real) "tokens"
+    tokens_per_step: float | None = None  # real tokens per optimizer step (token workloads)
+    padding_share: float | None = None
+    peak_longest_bytes: int | None = None  # peak memory of a step of the longest batch
+    longest_batch_tokens: int | None = None  # its length (tokens per sample, padded)
+    graphs: int | None = None  # torch.compile: graphs compiled in the trial
+    recompiles: int | None = None  # ... after the first step (new shapes, guards)
+    recompile_s: float | None = None  # time spent compiling after the first step
     measured_steps: int = 0
     window_s: float | None = None
     step_time_median_s: float | None = None
@@ -47,6 +59,7 @@ class Measurement:
     mem_kind: str = ""
     peak_allocated_bytes: int | None = None
     alloc_retries: int | None = None
+    device_ooms: int | None = None  # CUDA: allocations the caching allocator refused
     skipped_steps: int = 0
     losses: list[float] = field(default_factory=list)
     wall_s: float | None = None
@@ -55,6 +68,16 @@ class Measurement:
     @property
     def ok(self) -> bool:
         return self.status == OK
+
+    @property
+    def rate(self) -> float | None:
+        """The throughput the objective counts: real tokens/s or samples/s (see ``unit``)."""
+        return self.tokens_per_s if self.unit == TOKENS else self.samples_per_s
+
+    @property
+    def per_step(self) -> float | None:
+        """Units (tokens or samples) per optimizer step."""
+        return self.tokens_per_step if self.unit == TOKENS else self.samples_per_step
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

@@ -79,6 +79,12 @@ class TuneResult:
         )
 
     @property
+    def unit(self) -> str:
+        """What the objective counts: ``tokens`` (real tokens, token workloads) or ``samples``."""
+        units = {t.measurement.unit for t in self.trials if t.measurement.rate}
+        return "tokens" if "tokens" in units else "samples"
+
+    @property
     def speedup(self) -> float | None:
         """Best objective over the baseline's; ``None`` when either is missing."""
         if not (self.best and self.baseline and self.baseline.feasible and self.baseline.value):
@@ -199,6 +205,7 @@ def recommendation(result: TuneResult) -> dict[str, Any]:
     measured: dict[str, Any] = {
         "trial": best.number,
         "objective": round(best.value, 3),
+        "unit": m.unit,
         "samples_per_s": round(m.samples_per_s or 0.0, 3),
         "step_time_median_s": m.step_time_median_s,
         "step_time_cv": m.step_time_cv,
@@ -213,6 +220,13 @@ def recommendation(result: TuneResult) -> dict[str, Any]:
         measured["memory_headroom_bytes"] = result.headroom_bytes
     if m.tokens_per_s:
         measured["tokens_per_s"] = round(m.tokens_per_s, 1)
+    if m.padding_share is not None:
+        measured["padding_share"] = round(m.padding_share, 4)
+    if m.peak_longest_bytes is not None:
+        measured["peak_longest_batch_bytes"] = m.peak_longest_bytes
+        measured["longest_batch_tokens"] = m.longest_batch_tokens
+    if m.recompiles is not None:
+        measured["recompiles"] = m.recompiles
     if base is not None:
         measured["baseline_trial"] = base.number
         measured["baseline_objective"] = round(base.value, 3)

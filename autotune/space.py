@@ -18,6 +18,43 @@ from .host import system_memory_bytes
 from .knobs import KNOBS, Capabilities
 
 DEVICES = ("auto", "cpu", "cuda")
+# The knobs and trial settings of the first release: always in the space's fingerprint.
+_FIRST_KNOBS = (
+    "batch_size",
+    "accumulation_steps",
+    "amp_dtype",
+    "num_workers",
+    "pin_memory",
+    "persistent_workers",
+    "prefetch_factor",
+    "non_blocking",
+    "cudnn_benchmark",
+    "matmul_precision",
+    "channels_last",
+    "sdpa_backend",
+    "compile_mode",
+    "compile_dynamic",
+    "compile_fullgraph",
+    "gradient_checkpointing",
+    "world_size",
+    "ddp_bucket_cap_mb",
+    "ddp_gradient_as_bucket_view",
+    "ddp_static_graph",
+    "checkpoint_every",
+    "jit",
+    "optimizer_impl",
+    "zero_grad_set_to_none",
+    "num_threads",
+    "interop_threads",
+)
+_FIRST_TRIAL_SETTINGS = (
+    "warmup_steps",
+    "measured_steps",
+    "timeout_s",
+    "planned_steps",
+    "seed",
+    "memory_cap",
+)
 SAMPLERS = ("tpe", "tpe-independent", "gp", "random", "grid")
 
 
@@ -30,6 +67,9 @@ class TrialSettings:
     timeout_s: float = 300.0
     planned_steps: int | None = None  # length of the real run; amortises compile time
     seed: int = 0
+    # Token workloads: one untimed forward/backward on the dataset's longest samples
+    # before the timed window, so the memory verdict holds for the longest batch.
+    longest_batch: bool = True
     # Host memory (RSS of the trial and its workers, PSS) at which a trial is killed as
     # oom: a fraction of system RAM, bytes, or None for no cap. Protects the machine.
     memory_cap: int | float | None = 0.9
@@ -176,13 +216,22 @@ class Space:
         }
 
     def fingerprint(self) -> str:
-        """A hash of what makes measurements comparable (not the budget or storage)."""
+        """A hash of what makes measurements comparable (not the budget or storage).
+
+        A knob or trial setting added after the first release counts only when it is off
+        its default, so a stored study keeps its fingerprint when autotune grows one.
+        """
+        defaults = {**{k: knob.default for k, knob in KNOBS.items()}, **TrialSettings().__dict__}
+
+        def stable(values: dict[str, Any], first: tuple[str, ...]) -> dict[str, Any]:
+            return {k: v for k, v in values.items() if k in first or v != defaults[k]}
+
         data = {
             "workload": self.workload,
             "workload_args": self.workload_args,
             "knobs": {k: list(v) for k, v in sorted(self.knobs.items())},
-            "baseline": self.baseline.to_dict(),
-            "trial": self.trial.__dict__,
+            "baseline": stable(self.baseline.to_dict(), _FIRST_KNOBS),
+            "trial": stable(self.trial.__dict__, _FIRST_TRIAL_SETTINGS),
             "global_batch": self.global_batch,
             "accuracy": self.limits.accuracy.__dict__,
         }

@@ -361,6 +361,7 @@ def parse_space(data: Any, *, source: str = "<space>", base_dir: Path = Path("."
         timeout_s=_positive_number(),
         planned_steps=_int_at_least(1, optional=True),
         seed=_int_at_least(0),
+        longest_batch=_boolean,
     )
     trial = replace(trial, memory_cap=memory_cap)
     budget = _section(

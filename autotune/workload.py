@@ -23,6 +23,45 @@ def _default_optimizer(params: Iterable[Any]) -> Any:
     return torch.optim.AdamW(params, lr=1e-3)
 
 
+def _int_at_least(where: str, value: Any, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise WorkloadError(f"{where} must be an integer >= {low} but got {value!r}")
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """Says that a workload's samples are token sequences, so autotune owns the batch.
+
+    Each sample is a 1-d sequence of token ids (a list or a tensor), or a dict holding one
+    under ``input_ids`` (as a tokenized Hugging Face dataset yields). autotune's collate
+    pads a batch (to its longest sample, or to a multiple: the ``pad_to_multiple_of``
+    knob) and yields ``{"input_ids", "attention_mask", "labels"}`` (labels are the ids,
+    ``-100`` on padding): what a Hugging Face causal LM takes. Throughput counts real
+    (non-padding) tokens, and the layout knobs ``length_grouping`` and
+    ``pad_to_multiple_of`` can be searched.
+
+    Attributes:
+        pad_id: the id padding positions get.
+        lengths: optional ``lengths() -> sequence of int``, every sample's length in
+            dataset order (saves the probe a pass over the dataset).
+        key: the dict key of the ids in a sample.
+    """
+
+    pad_id: int
+    lengths: Callable[[], Sequence[int]] | None = None
+    key: str = "input_ids"
+
+    def __post_init__(self) -> None:
+        _int_at_least("tokens.pad_id", self.pad_id, 0)
+        if self.lengths is not None and not callable(self.lengths):
+            raise WorkloadError(
+                "tokens.lengths must be a function returning the lengths "
+                f"but got {type(self.lengths).__name__}"
+            )
+        if not isinstance(self.key, str) or not self.key:
+            raise WorkloadError(f"tokens.key must be a non-empty string but got {self.key!r}")
+
+
 @dataclass(frozen=True)
 class Workload:
     """A model, its data, and how to compute its loss.
@@ -36,8 +75,15 @@ class Workload:
         optimizer: ``optimizer(params) -> torch.optim.Optimizer``; AdamW(lr=1e-3) if omitted.
         blocks: ``blocks(model) -> sequence of modules`` whose activations may be recomputed
             in backward (gradient checkpointing); omit if the model has none.
-        collate_fn: passed to the DataLoader.
-        tokens_per_sample: for language models, tokens in one sample; enables tokens/s.
+        collate_fn: passed to the DataLoader. With ``tokens``, a workload's own collate
+            is kept, and the knobs that need autotune's (``pad_to_multiple_of``) are dropped.
+        tokens_per_sample: for fixed-length language models, tokens in one sample;
+            enables tokens/s.
+        tokens: the samples are variable-length token sequences (see :class:`Tokens`):
+            tokens/s counts real tokens, the loss should be a mean per token.
+        count_tokens: ``count_tokens(batch) -> int``, the real tokens of a batch (as the
+            loader yields it, before it moves to the device); by default the sum of its
+            ``attention_mask``.
         name: shown in reports.
     """
 
@@ -48,7 +94,35 @@ class Workload:
     blocks: Callable[[Any], Sequence[Any]] | None = None
     collate_fn: Callable[[list[Any]], Any] | None = None
     tokens_per_sample: int | None = None
+    tokens: Tokens | None = None
+    count_tokens: Callable[[Any], int] | None = None
     name: str = "workload"
+
+    def __post_init__(self) -> None:
+        for name in ("model", "dataset", "loss", "optimizer"):
+            value = getattr(self, name)
+            if not callable(value):
+                raise WorkloadError(
+                    f"Workload.{name} must be a function (a factory) but got {type(value).__name__}"
+                )
+        for name in ("blocks", "collate_fn", "count_tokens"):
+            value = getattr(self, name)
+            if value is not None and not callable(value):
+                raise WorkloadError(
+                    f"Workload.{name} must be a function or None but got {type(value).__name__}"
+                )
+        if self.tokens_per_sample is not None:
+            _int_at_least("Workload.tokens_per_sample", self.tokens_per_sample, 1)
+        if self.tokens is not None and not isinstance(self.tokens, Tokens):
+            raise WorkloadError(
+                f"Workload.tokens must be autotune.Tokens(pad_id=...) but got "
+                f"{type(self.tokens).__name__}"
+            )
+
+    @property
+    def owns_collate(self) -> bool:
+        """Whether autotune pads and masks the batches (token samples, no own collate)."""
+        return self.tokens is not None and self.collate_fn is None
 
 
 def _import_target(ref: str, base_dir: Path | None) -> Any:

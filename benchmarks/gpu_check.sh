@@ -59,7 +59,7 @@ echo "cuda tests: exit $tests_rc in $(( $(date +%s) - start )) s" | tee -a "$out
 
 # The image has transformers, accelerate and Lightning: the exports are built for real there.
 start=$(date +%s)
-timeout 60 python3 -m pytest -q -p no:cacheprovider tests/test_export.py 2>&1 \
+timeout 60 python3 -m pytest -q -p no:cacheprovider tests/output/test_export.py 2>&1 \
     | tee "$out/export-tests.log"
 export_rc=${PIPESTATUS[0]}
 echo "export tests: exit $export_rc in $(( $(date +%s) - start )) s" | tee -a "$out/summary.txt"

@@ -69,6 +69,27 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture
+def eager_inductor(monkeypatch):
+    """Replace inductor's code generation by the eager FX graph and record each graph's inputs.
+
+    Dynamo still traces, guards and recompiles for real; only the slow C++ build is skipped.
+    """
+    import torch
+    import torch._inductor.compile_fx as compile_fx
+
+    graphs = []
+
+    def record(gm, example_inputs, **kwargs):
+        graphs.append(example_inputs)
+        return gm.forward
+
+    monkeypatch.setattr(compile_fx, "compile_fx", record)
+    torch._dynamo.reset()
+    yield graphs
+    torch._dynamo.reset()
+
+
+@pytest.fixture
 def write_space(tmp_path):
     """Write a space file into tmp_path; `{workloads}` expands to the test workloads file."""
 

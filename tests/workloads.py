@@ -256,3 +256,78 @@ def rmsprop() -> autotune.Workload:
         loss=_loss,
         optimizer=lambda params: torch.optim.RMSprop(params, lr=1e-3),
     )
+
+
+class Texts(torch.utils.data.Dataset):
+    """Token sequences of the given lengths; ids count up from a per-sample start (never 0)."""
+
+    def __init__(self, lengths: list[int]) -> None:
+        self.lengths = lengths
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __getitem__(self, i: int) -> dict[str, list[int]]:
+        return {"input_ids": [(i + k) % 31 + 1 for k in range(self.lengths[i])]}
+
+
+class ExplicitAttention(nn.Module):
+    """One attention layer that materialises the (length x length) scores: its activation
+    memory grows with the square of the batch's length."""
+
+    def __init__(self, dim: int = 16, heads: int = 4) -> None:
+        super().__init__()
+        self.heads = heads
+        self.embed = nn.Embedding(32, dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.head = nn.Linear(dim, 32)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        b, t = ids.shape
+        q, k, v = self.qkv(self.embed(ids)).view(b, t, 3, self.heads, -1).unbind(2)
+        q, k, v = (x.transpose(1, 2) for x in (q, k, v))
+        scores = (q @ k.transpose(-1, -2)).softmax(-1)
+        return self.head((scores @ v).transpose(1, 2).reshape(b, t, -1))
+
+
+def _token_loss(model: nn.Module, batch: dict) -> torch.Tensor:
+    logits = model(batch["input_ids"])
+    return F.cross_entropy(
+        logits[:, :-1].reshape(-1, 32), batch["labels"][:, 1:].reshape(-1), ignore_index=-100
+    )
+
+
+def texts(n: int = 256, seed: int = 0, with_lengths: bool = True) -> autotune.Workload:
+    """Variable-length token samples (8 to 96 tokens, long-tailed)."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = (8 + torch.rand(n, generator=g) ** 3 * 88).long().tolist()
+    return autotune.Workload(
+        name="texts",
+        model=ExplicitAttention,
+        dataset=lambda: Texts(lengths),
+        loss=_token_loss,
+        tokens=autotune.Tokens(pad_id=0, lengths=(lambda: lengths) if with_lengths else None),
+    )
+
+
+def long_tail(n: int = 1000, typical: int = 48, longest: int = 1280) -> autotune.Workload:
+    """1 sample in 500 is over 20x longer than the rest: a short window rarely draws one."""
+    lengths = [longest if i % 500 == 499 else typical for i in range(n)]
+    return autotune.Workload(
+        name="long-tail",
+        model=ExplicitAttention,
+        dataset=lambda: Texts(lengths),
+        loss=_token_loss,
+        tokens=autotune.Tokens(pad_id=0, lengths=lambda: lengths),
+    )
+
+
+def wrong_lengths() -> autotune.Workload:
+    """tokens.lengths disagrees with the dataset."""
+    lengths = [10] * 64
+    return autotune.Workload(
+        model=ExplicitAttention,
+        dataset=lambda: Texts(lengths),
+        loss=_token_loss,
+        tokens=autotune.Tokens(pad_id=0, lengths=lambda: [11] * 64),
+    )

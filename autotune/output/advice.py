@@ -24,6 +24,8 @@ OTHER_SHARE = 0.20
 COMPUTE_SHARE = 0.70
 CONVERSION_SHARE = 0.15
 GPU_BUSY = 0.60
+PADDING_SHARE = 0.20
+RECOMPILE_GRAPHS = 3  # graphs of a compiled model in a profile: a few (forward, backward)
 CONVERSION_OPS = ("aten::copy_", "aten::to", "aten::_to_copy")
 
 
@@ -251,6 +253,44 @@ def _other_tip(step: Step) -> str | None:
     )
 
 
+def _padding_tip(step: Step) -> str | None:
+    padding = step.profile.get("padding_share")
+    if padding is None or padding < PADDING_SHARE:
+        return None
+    ideas: list[Idea] = []
+    if step.config.get("length_grouping", "off") == "off":
+        ideas.append(
+            (
+                "length_grouping (batches of samples of similar length)",
+                "length_grouping",
+                lambda v: v != "off",
+            )
+        )
+    head = f"{_pct(padding)} of the token positions are padding, computed for nothing"
+    return _suggest(head, ideas, step.evidence)
+
+
+def _recompile_tip(step: Step) -> str | None:
+    graphs = step.profile.get("graphs")
+    if graphs is None or graphs <= RECOMPILE_GRAPHS:
+        return None
+    ideas: list[Idea] = []
+    if step.config.get("compile_dynamic") != "true":
+        ideas.append(
+            (
+                "compile_dynamic: true (one graph for all shapes)",
+                "compile_dynamic",
+                lambda v: v == "true",
+            )
+        )
+    if step.config.get("pad_to_multiple_of", 1) == 1:
+        ideas.append(
+            ("pad_to_multiple_of 64 (fewer distinct shapes)", "pad_to_multiple_of", lambda v: v > 1)
+        )
+    head = f"torch.compile built {graphs} graphs: the input shapes vary and it recompiles"
+    return _suggest(head, ideas, step.evidence)
+
+
 # The rules, in the order their advice is given. Each fires on a share threshold above.
 RULES: tuple[Callable[[Step], str | None], ...] = (
     _data_tip,
@@ -261,6 +301,8 @@ RULES: tuple[Callable[[Step], str | None], ...] = (
     _compute_tip,
     _conversion_tip,
     _other_tip,
+    _padding_tip,
+    _recompile_tip,
 )
 
 

@@ -10,21 +10,16 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..measurement import TOKENS
 from ..results import REPEAT, TrialRecord, TuneResult
 from ..study.reporter import Reporter
 from .advice import Evidence, advice
-from .facts import ERROR, WARNING, fmt_bytes, summary_facts
+from .facts import ERROR, WARNING, fmt_bytes, rate_text, summary_facts
 from .report import Report
 
 
 def _rate(record: TrialRecord) -> str:
-    m = record.measurement
-    if m.samples_per_s is None:
-        return "-"
-    text = f"{m.samples_per_s:,.1f} samples/s"
-    if m.tokens_per_s:
-        text += f" ({m.tokens_per_s:,.0f} tok/s)"
-    return text
+    return rate_text(record.measurement)
 
 
 def _speedup(record: TrialRecord, baseline: TrialRecord | None) -> str:
@@ -68,35 +63,36 @@ class ConsoleReporter(Reporter):
 
 
 def summary_table(result: TuneResult) -> Table:
+    """Every measured config: status, objective (median of its runs), memory, compile."""
+    tokens = result.unit == TOKENS
+    rate = f"{result.unit}/s"
     table = Table(title=f"study {result.study_name}: {len(result.trials)} trials")
-    for col in (
-        "#",
-        "role",
-        "config",
-        "status",
-        "samples/s",
-        "vs baseline",
-        "peak mem",
-        "compile s",
-        "step cv",
-    ):
-        table.add_column(col, justify="right" if col in ("#", "samples/s") else "left")
+    columns = ["#", "role", "config", "status", rate, "vs baseline", "peak mem"]
+    columns += ["padding"] if tokens else []
+    columns += ["compile s", "step cv"]
+    for col in columns:
+        table.add_column(col, justify="right" if col in ("#", rate) else "left")
     for t in result.trials:
         m = t.measurement
         mark = " *" if result.best and t.number == result.best.number else ""
-        table.add_row(
+        row = [
             f"{t.number}{mark}",
             t.role,
             t.config.short(),
             t.status if t.feasible else escape(f"{t.status}: {t.reason[:70]}"),
             (f"{t.value:,.1f}" + (f" (x{t.runs}, ±{t.spread / 2:.1%})" if t.runs > 1 else ""))
-            if m.samples_per_s
+            if m.rate
             else "-",
             _speedup(t, result.baseline),
             fmt_bytes(m.peak_mem_bytes),
-            f"{m.compile_s:.1f}" if m.compile_s is not None else "-",
-            f"{m.step_time_cv:.1%}" if m.step_time_cv is not None else "-",
-        )
+        ]
+        if tokens:
+            row.append(f"{m.padding_share:.0%}" if m.padding_share is not None else "-")
+        compile_s = "-" if m.compile_s is None else f"{m.compile_s:.1f}"
+        if m.recompiles:
+            compile_s += f" ({m.recompiles} recompiles)"
+        row += [compile_s, f"{m.step_time_cv:.1%}" if m.step_time_cv is not None else "-"]
+        table.add_row(*row)
     return table
 
 

@@ -40,7 +40,12 @@ def _header(evidence: Mapping[str, Any] | None) -> list[str]:
     study = evidence.get("study", {}).get("name", "?")
     line = f"autotune: trial #{m.get('trial', '?')} of study {study}"
     if m.get("speedup") is not None:
-        speedup = speedup_text(m["speedup"], m.get("baseline_objective", 0), m.get("objective", 0))
+        speedup = speedup_text(
+            m["speedup"],
+            m.get("baseline_objective", 0),
+            m.get("objective", 0),
+            m.get("unit", "samples"),
+        )
         line += f": {speedup} over the baseline"
     return [
         line,

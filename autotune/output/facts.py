@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..measurement import TOKENS, Measurement
 from ..results import FREE_BATCH_WARNING, TuneResult
 
 INFO, WARNING, ERROR = "info", "warning", "error"
@@ -39,9 +40,27 @@ def fmt_bytes(n: int | float | None) -> str:
     return f"{n:.1f} GiB"
 
 
-def speedup_text(speedup: float, baseline_value: float, best_value: float) -> str:
+def speedup_text(
+    speedup: float, baseline_value: float, best_value: float, unit: str = "samples"
+) -> str:
     """``1.50x (100.0 -> 150.0 samples/s)``: the speedup with the two objectives."""
-    return f"{speedup:.2f}x ({baseline_value:,.1f} -> {best_value:,.1f} samples/s)"
+    return f"{speedup:.2f}x ({baseline_value:,.1f} -> {best_value:,.1f} {unit}/s)"
+
+
+def rate_text(m: Measurement) -> str:
+    """A trial's throughput: ``1,234.5 samples/s``, or for a token workload the real
+    tokens/s first, with samples/s and the padding share."""
+    if m.samples_per_s is None:
+        return "-"
+    if m.unit == TOKENS and m.tokens_per_s is not None:
+        text = f"{m.tokens_per_s:,.0f} tokens/s ({m.samples_per_s:,.1f} samples/s"
+        if m.padding_share is not None:
+            text += f", {m.padding_share:.0%} padding"
+        return text + ")"
+    text = f"{m.samples_per_s:,.1f} samples/s"
+    if m.tokens_per_s:
+        text += f" ({m.tokens_per_s:,.0f} tok/s)"
+    return text
 
 
 def summary_facts(result: TuneResult) -> list[Fact]:
@@ -80,7 +99,7 @@ def summary_facts(result: TuneResult) -> list[Fact]:
             Fact(
                 "speedup",
                 f"speedup over baseline (trial #{base.number}, {base.config.short()})",
-                speedup_text(result.speedup, base.value, best.value),
+                speedup_text(result.speedup, base.value, best.value, result.unit),
             )
         )
     elif base is not None:
@@ -100,6 +119,27 @@ def summary_facts(result: TuneResult) -> list[Fact]:
             f"(headroom {fmt_bytes(result.headroom_bytes)})"
         )
     facts.append(Fact("memory", "memory", memory))
+    if m.peak_longest_bytes is not None:
+        facts.append(
+            Fact(
+                "longest_batch",
+                "peak at longest batch",
+                f"{fmt_bytes(m.peak_longest_bytes)} (a micro-batch of the dataset's longest "
+                f"samples, {m.longest_batch_tokens} tokens each; in the memory verdict)",
+            )
+        )
+    if m.padding_share is not None:
+        facts.append(
+            Fact("padding", "padding", f"{m.padding_share:.0%} of token positions in the window")
+        )
+    if m.recompiles:
+        facts.append(
+            Fact(
+                "recompiles",
+                "recompiles",
+                f"{m.recompiles} after the first step, {m.recompile_s or 0:.1f} s",
+            )
+        )
     if result.within_noise and result.runner_up is not None:
         up = result.runner_up
         facts.append(

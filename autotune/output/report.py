@@ -111,9 +111,9 @@ def make_report(
     for number, p in profiles.items():
         if p.get("status") != "ok":
             notes.append(f"profile of trial #{number} failed: {p.get('status')}: {p.get('reason')}")
-    objective = "samples/s"
+    objective = f"{result.unit}/s"
     if space.trial.planned_steps:
-        objective = f"samples/s over {space.trial.planned_steps} steps (compile included)"
+        objective += f" over {space.trial.planned_steps} steps (compile included)"
     files, plot_notes = plots.write_plots(
         study,
         folder,

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import optuna
 
+from ..config import Config
 from ..results import BASELINE, DUPLICATE, REPEAT, SEARCH, TrialRecord, baseline_of
 from ..space import Space
 from .heartbeat import fail_stale_trials
@@ -35,12 +36,22 @@ def claim(study: optuna.Study, trial: optuna.Trial, key: str) -> bool:
     return not held(study, key, other_than=trial.number)
 
 
+def config_key(trial: optuna.trial.FrozenTrial) -> str | None:
+    """The key of the config a trial measures: from its stored config when it has one (so
+    a trial stored by an older autotune, whose key string had another form, still
+    matches), else the key it claimed."""
+    config = trial.user_attrs.get("config")
+    if config is not None:
+        return Config.from_dict(config).key()
+    return trial.user_attrs.get("config_key")
+
+
 def held(study: optuna.Study, key: str, other_than: int | None = None) -> bool:
     """Whether a running or finished trial (not a duplicate or repeat) measures ``key``."""
     return any(
         t.number != other_than
-        and t.user_attrs.get("config_key") == key
         and t.user_attrs.get("role") not in (DUPLICATE, REPEAT)
+        and config_key(t) == key
         for t in study.get_trials(deepcopy=False, states=(RUNNING, COMPLETE))
     )
 

@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..measurement import PRUNED, Measurement, compile_estimate_s
+from ..measurement import PRUNED, TOKENS, Measurement, compile_estimate_s
 from ..space import SearchSettings, TrialSettings
 from .scoring import rate_objective
 
@@ -36,9 +36,14 @@ class Pruner:
         self.min_steps = max(2, math.ceil(search.prune_after * trial.measured_steps))
         self.last: dict[str, Any] | None = None
 
+    @staticmethod
+    def _per_step(p: dict[str, Any]) -> float:
+        """Units (samples, or real tokens) per step so far; older trial code wrote samples."""
+        return p.get("per_step") or p["samples_per_step"]
+
     def _estimate(self, p: dict[str, Any]) -> tuple[float, float]:
-        rate = p["steps"] * p["samples_per_step"] / p["elapsed_s"]
-        step_s = p["samples_per_step"] / rate
+        rate = p["steps"] * self._per_step(p) / p["elapsed_s"]
+        step_s = self._per_step(p) / rate
         return rate, compile_estimate_s(p["warmup_s"], self.trial.warmup_steps, step_s)
 
     def __call__(self) -> str | None:
@@ -49,13 +54,14 @@ class Pruner:
         if p.get("steps", 0) < self.min_steps or p.get("elapsed_s", 0) <= 0:
             return None
         rate, compile_s = self._estimate(p)
-        value = rate_objective(rate, compile_s, p["samples_per_step"], self.trial)
+        value = rate_objective(rate, compile_s, self._per_step(p), self.trial)
         if value * (1 + self.margin) >= self.best_value:
             return None
         self.last = p
+        unit = p.get("unit", "samples")
         return (
             f"pruned after {p['steps']}/{self.trial.measured_steps} measured steps: "
-            f"~{value:,.1f} samples/s cannot beat the best {self.best_value:,.1f} "
+            f"~{value:,.1f} {unit}/s cannot beat the best {self.best_value:,.1f} "
             f"by {self.margin:.0%}"
         )
 
@@ -64,12 +70,16 @@ class Pruner:
         p = self.last
         assert p is not None
         rate, compile_s = self._estimate(p)
-        step_s = p["samples_per_step"] / rate
+        step_s = self._per_step(p) / rate
+        tokens = p.get("unit") == TOKENS
         return Measurement(
             status=PRUNED,
             reason=reason,
-            samples_per_s=rate,
+            samples_per_s=p["steps"] * p["samples_per_step"] / p["elapsed_s"],
+            tokens_per_s=rate if tokens else None,
             samples_per_step=p["samples_per_step"],
+            tokens_per_step=self._per_step(p) if tokens else None,
+            unit=p.get("unit", "samples"),
             measured_steps=p["steps"],
             window_s=p["elapsed_s"],
             warmup_s=p["warmup_s"],

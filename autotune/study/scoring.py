@@ -32,26 +32,27 @@ class Verdict:
 
 
 def rate_objective(
-    samples_per_s: float, compile_s: float, samples_per_step: int | None, trial: TrialSettings
+    rate: float, compile_s: float, per_step: float | None, trial: TrialSettings
 ) -> float:
-    """The value to maximise for a rate: samples/s, or with ``planned_steps`` the planned
-    run's mean rate.
+    """The value to maximise for a rate (samples or tokens per second, ``per_step`` of
+    them per optimizer step): the rate, or with ``planned_steps`` the planned run's mean.
 
     With ``planned_steps = P``, a run costs ``compile_s + P * step_s``, so a long compile
     that saves little per step loses on a short run.
     """
-    if trial.planned_steps is None or samples_per_step is None:
-        return samples_per_s
-    step_s = samples_per_step / samples_per_s
+    if trial.planned_steps is None or per_step is None:
+        return rate
+    step_s = per_step / rate
     run_s = compile_s + trial.planned_steps * step_s
-    return trial.planned_steps * samples_per_step / run_s
+    return trial.planned_steps * per_step / run_s
 
 
 def objective(m: Measurement, trial: TrialSettings) -> float:
-    """The objective of a measurement (0 without a throughput); see :func:`rate_objective`."""
-    if not m.samples_per_s:
+    """The objective of a measurement (0 without a throughput): samples/s, or real
+    tokens/s for a token workload; see :func:`rate_objective`."""
+    if not m.rate:
         return 0.0
-    return rate_objective(m.samples_per_s, m.compile_s or 0.0, m.samples_per_step, trial)
+    return rate_objective(m.rate, m.compile_s or 0.0, m.per_step, trial)
 
 
 def _memory(m: Measurement, budget: int | None, max_retries: int) -> tuple[float, str]:

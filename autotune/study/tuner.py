@@ -49,11 +49,17 @@ from .storage import open_study, records
 MAX_DUPLICATES_IN_A_ROW = 30
 
 
-def reference_config(baseline: Config) -> Config:
+# Knobs that change which samples share an optimizer step: a trial that sets one is
+# judged against an fp32 reference of the same data layout.
+LAYOUT_KNOBS = ("length_grouping",)
+
+
+def reference_config(baseline: Config, layout: dict[str, Any] | None = None) -> Config:
     """The baseline with plain fp32 eager numerics: the accuracy guard's yardstick.
 
     Reduced-precision matmuls and compilers are off; knobs that only apply with them
-    (compile_fullgraph...) go back to their defaults.
+    (compile_fullgraph...) go back to their defaults. ``layout`` sets data-layout knobs
+    (:data:`LAYOUT_KNOBS`) of the trial to compare.
     """
     plain = {
         "amp_dtype": "fp32",
@@ -61,7 +67,14 @@ def reference_config(baseline: Config) -> Config:
         "compile_mode": "off",
         "jit": "off",
     }
-    return Config(**resolve_inactive({**baseline.to_dict(), **plain}))
+    return Config(**resolve_inactive({**baseline.to_dict(), **plain, **(layout or {})}))
+
+
+def layout_of(config: Config, baseline: Config) -> dict[str, Any]:
+    """The data-layout knobs where ``config`` differs from the baseline."""
+    return {
+        k: getattr(config, k) for k in LAYOUT_KNOBS if getattr(config, k) != getattr(baseline, k)
+    }
 
 
 class Tuner:
@@ -325,6 +338,30 @@ class Tuner:
         study.set_user_attr("reference", {"config": config.to_dict(), "losses": m.losses})
         return m.losses
 
+    def _reference_for(self, study: optuna.Study, config: Config) -> list[float] | None:
+        """The reference trajectory ``config`` is judged against: the study's, or for a
+        config with another data layout (``length_grouping``) an fp32 run of that layout,
+        run once and kept in the study (``reference:<layout>``)."""
+        layout = layout_of(config, self.space.baseline)
+        if not layout or not self.space.limits.accuracy.enabled:
+            return self.reference
+        name = ",".join(f"{k}={v}" for k, v in sorted(layout.items()))
+        stored = study.user_attrs.get(f"reference:{name}")
+        if stored is not None:
+            return [float(x) for x in stored["losses"]]
+        ref = reference_config(self.space.baseline, layout)
+        self.reporter.note(f"running the fp32 reference of layout {name} ({ref.short()})")
+        folder = self.out_dir / f"reference-{name.replace('=', '-').replace(',', '_')}"
+        m = self.backend.run_trial(self.space, ref, folder)
+        if not m.ok:
+            self.reporter.note(
+                f"the fp32 reference of layout {name} did not train cleanly ({m.status}: "
+                f"{m.reason}); trials of that layout are judged against the study's reference"
+            )
+            return self.reference
+        study.set_user_attr(f"reference:{name}", {"config": ref.to_dict(), "losses": m.losses})
+        return m.losses
+
     def _run(
         self,
         study: optuna.Study,
@@ -365,7 +402,7 @@ class Tuner:
         verdict = scoring.judge(
             m,
             self.space,
-            reference=reference or self.reference,
+            reference=reference or self._reference_for(study, config),
             memory_budget_bytes=self.memory_budget,
         )
         value = scoring.objective(m, self.space.trial)

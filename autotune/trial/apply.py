@@ -17,7 +17,9 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from ..config import Config
 from ..errors import ArgumentError, AutotuneError, first_line
+from ..workload import Tokens
 from .compile import compile_model
+from .tokens import GROUP_STEPS, TokenCollate, count_batch, dataset_lengths, grouped
 
 _AMP = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -44,24 +46,41 @@ class StreamSampler(Sampler[int]):
 
     Batching one stream (instead of restarting epochs) gives every batch size the same
     sample order, so loss trajectories of trials with equal global batch compare.
+
+    With ``lengths`` and ``group`` (samples per mega-batch), each mega-batch of the
+    stream is sorted by length (``length_grouping``), the same for every micro-batch size.
     """
 
-    def __init__(self, n: int, seed: int, rank: int = 0, world_size: int = 1) -> None:
+    def __init__(
+        self,
+        n: int,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+        lengths: Sequence[int] | None = None,
+        group: int = 0,
+    ) -> None:
         self.n = n
         self.seed = seed
         self.rank = rank
         self.world_size = world_size
+        self.lengths = lengths
+        self.group = group
+
+    def _stream(self) -> Iterator[int]:
+        g = torch.Generator().manual_seed(self.seed)
+        while True:
+            yield from torch.randperm(self.n, generator=g).tolist()
 
     def __iter__(self) -> Iterator[int]:
         # Under DDP each rank takes every world_size-th sample of the one stream: the ranks
         # together see exactly what a single process with their summed batch would.
-        g = torch.Generator().manual_seed(self.seed)
-        position = 0
-        while True:
-            for index in torch.randperm(self.n, generator=g).tolist():
-                if position % self.world_size == self.rank:
-                    yield index
-                position += 1
+        stream = self._stream()
+        if self.lengths is not None and self.group:
+            stream = grouped(stream, self.lengths, self.group)
+        for position, index in enumerate(stream):
+            if position % self.world_size == self.rank:
+                yield index
 
 
 def make_loader(
@@ -71,12 +90,18 @@ def make_loader(
     seed: int = 0,
     collate_fn: Callable | None = None,
     endless: bool = False,
+    tokens: Tokens | None = None,
+    lengths: Sequence[int] | None = None,
 ) -> DataLoader:
     """The DataLoader that ``config`` asks for (batch size, workers, pinning, prefetch).
 
     ``endless=True`` (trials) streams seeded permutations without epoch restarts;
-    otherwise a normal shuffled, epoch-based loader with a seeded generator.
+    otherwise a normal shuffled, epoch-based loader with a seeded generator. With
+    ``tokens`` and no ``collate_fn``, autotune pads the batches (``pad_to_multiple_of``);
+    ``length_grouping`` needs the samples' ``lengths`` (computed when not given).
     """
+    if tokens is not None and collate_fn is None:
+        collate_fn = TokenCollate(tokens.pad_id, config.pad_to_multiple_of, tokens.key)
     kwargs: dict[str, Any] = dict(
         batch_size=config.batch_size,
         num_workers=config.num_workers,
@@ -88,10 +113,21 @@ def make_loader(
         kwargs.update(
             persistent_workers=config.persistent_workers, prefetch_factor=config.prefetch_factor
         )
+    group = 0
+    if config.length_grouping == "grouped":
+        if tokens is None:
+            raise ArgumentError("length_grouping needs token samples (Workload.tokens)")
+        lengths = lengths if lengths is not None else dataset_lengths(dataset, tokens)
+        group = GROUP_STEPS * config.global_batch
     if endless:
         rank, world = _rank_and_world()
-        return DataLoader(dataset, sampler=StreamSampler(len(dataset), seed, rank, world), **kwargs)
+        sampler = StreamSampler(len(dataset), seed, rank, world, lengths, group)
+        return DataLoader(dataset, sampler=sampler, **kwargs)
     g = torch.Generator().manual_seed(seed)
+    if group:  # one epoch: a seeded permutation, grouped by length
+        permutation = torch.randperm(len(dataset), generator=g).tolist()
+        order = list(grouped(iter(permutation), lengths, group))
+        return DataLoader(dataset, sampler=order, **kwargs)
     return DataLoader(dataset, shuffle=True, generator=g, **kwargs)
 
 
@@ -180,6 +216,10 @@ class Applied:
         optimizer: built over the model's parameters.
         loader: a DataLoader with the config's batch size and workers.
         scaler: a ``torch.amp.GradScaler`` for fp16, else ``None``.
+        count_tokens: ``count_tokens(batch) -> int`` for the real tokens of a batch, or
+            ``None`` (then a batch with an ``attention_mask`` is counted from it).
+        real_tokens, positions: tokens and token positions (padding included) of the
+            batches :meth:`train_step` has taken so far, when they can be counted.
     """
 
     config: Config
@@ -190,6 +230,9 @@ class Applied:
     loss_fn: Callable[[Any, Any], torch.Tensor]
     scaler: Any = None
     skipped_steps: int = 0
+    count_tokens: Callable[[Any], int] | None = None
+    real_tokens: int = 0
+    positions: int = 0
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """The autocast context of the config (a no-op for fp32)."""
@@ -211,6 +254,26 @@ class Applied:
         """``batch`` on the device, copied and laid out as the config says."""
         return to_device(batch, self.device, self.config.non_blocking, self.config.channels_last)
 
+    def _count(self, batch: Any) -> None:
+        """Add a batch's real tokens and positions (on the host, before the copy)."""
+        if self.count_tokens is not None:
+            self.real_tokens += int(self.count_tokens(batch))
+            return
+        counted = count_batch(batch)
+        if counted is not None:
+            self.real_tokens += counted[0]
+            self.positions += counted[1]
+
+    def forward_backward(self, batch: Any) -> None:
+        """One forward and backward of ``batch`` with no optimizer step (gradients are
+        zeroed after): what a step of that batch needs in memory, without training on it."""
+        batch = self.to_device(batch)
+        with self.forward_context():
+            loss = self.loss_fn(self.model, batch)
+        scaled = loss.float()
+        (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+        self.optimizer.zero_grad(set_to_none=True)
+
     def train_step(self, batches: Iterator[Any]) -> torch.Tensor:
         """One optimizer step over ``accumulation_steps`` micro-batches from ``batches``.
 
@@ -221,6 +284,7 @@ class Applied:
         for i in range(accum):
             with phase("data"):
                 batch = next(batches)
+                self._count(batch)
             with phase("to_device"):
                 batch = self.to_device(batch)
             # Under DDP only the last micro-batch all-reduces gradients.
@@ -332,6 +396,9 @@ def apply(
     device: str | torch.device = "auto",
     seed: int = 0,
     endless: bool = False,
+    tokens: Tokens | None = None,
+    lengths: Sequence[int] | None = None,
+    count_tokens: Callable[[Any], int] | None = None,
 ) -> Applied:
     """Set up a plain PyTorch training loop the way ``config`` says.
 
@@ -357,6 +424,11 @@ def apply(
         device: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:1"``...
         seed: seed of the data order.
         endless: stream batches without epoch boundaries (what trials do).
+        tokens: the samples are token sequences (:class:`autotune.Tokens`): without a
+            ``collate_fn``, batches are padded by autotune (``pad_to_multiple_of``).
+        lengths: every sample's length, for ``length_grouping`` (else one pass over the
+            dataset computes them).
+        count_tokens: counts a batch's real tokens (default: its ``attention_mask``).
 
     Returns:
         An :class:`Applied`; call ``applied.train_step(iter(applied.loader))`` in your loop,
@@ -387,8 +459,16 @@ def apply(
         model = wrap_ddp(model, config, device)
     model = compile_model(model, config)
     scaler = torch.amp.GradScaler(device.type) if config.amp_dtype == "fp16" else None
-    loader = make_loader(dataset, config, seed=seed, collate_fn=collate_fn, endless=endless)
-    return Applied(config, device, model, opt, loader, loss, scaler)
+    loader = make_loader(
+        dataset,
+        config,
+        seed=seed,
+        collate_fn=collate_fn,
+        endless=endless,
+        tokens=tokens,
+        lengths=lengths,
+    )
+    return Applied(config, device, model, opt, loader, loss, scaler, count_tokens=count_tokens)
 
 
 def apply_workload(
@@ -398,6 +478,7 @@ def apply_workload(
     device: str | torch.device = "auto",
     seed: int = 0,
     endless: bool = False,
+    lengths: Sequence[int] | None = None,
 ) -> Applied:
     """:func:`apply` to an :class:`autotune.Workload`: seed, build its model and data, apply.
 
@@ -417,4 +498,7 @@ def apply_workload(
         device=device,
         seed=seed,
         endless=endless,
+        tokens=workload.tokens,
+        lengths=lengths,
+        count_tokens=workload.count_tokens,
     )

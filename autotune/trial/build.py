@@ -31,6 +31,7 @@ class Built:
     workload: Workload
     applied: Applied
     batches: Iterator[Any]
+    lengths: list[int] | None = None  # every sample's length (token workloads), if known
 
 
 def build(spec: dict[str, Any]) -> Built:
@@ -41,8 +42,15 @@ def build(spec: dict[str, Any]) -> Built:
     device = init_distributed(resolve_device(spec.get("device", "auto")))
     seed = int(trial.get("seed", 0))
     workload = load(spec)
+    if config.compile_mode != "off":
+        # Hitting the recompile limit fails the trial (recorded with the reason) instead
+        # of silently running that frame eagerly.
+        import torch._dynamo
+
+        torch._dynamo.config.fail_on_recompile_limit_hit = True
     applied = apply_workload(config, workload, device=device, seed=seed, endless=True)
-    return Built(config, trial, device, workload, applied, iter(applied.loader))
+    lengths = getattr(applied.loader.sampler, "lengths", None)  # computed for grouping
+    return Built(config, trial, device, workload, applied, iter(applied.loader), lengths)
 
 
 def applied_settings(applied: Applied) -> dict[str, Any]:

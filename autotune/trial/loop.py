@@ -11,35 +11,60 @@ import json
 import math
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from ..measurement import NAN, OK, Measurement, compile_estimate_s
+from ..measurement import NAN, OK, TOKENS, Measurement, compile_estimate_s
 from .build import Built
 from .clock import StepClock, peak_memory, reset_peak_memory, spread
 from .guard import RANK, WORLD
+from .tokens import dataset_lengths, longest_indices
 
 
 def measure(built: Built, progress_path: str | None = None, *, started: float) -> Measurement:
     """Warm-up steps untimed, then the timed window (progress reported to ``progress_path``).
 
     ``started`` is the ``time.perf_counter()`` reading at process start: the fixed cost
-    of the trial (imports, build) is reported as ``startup_s``.
+    of the trial (imports, build) is reported as ``startup_s``. For a token workload one
+    untimed forward and backward of the dataset's longest samples runs between warm-up
+    and window (``trial.longest_batch``), so the peak memory covers the longest batch.
     """
     config, trial, device = built.config, built.trial, built.device
     workload, applied, batches = built.workload, built.applied, built.batches
     startup_s = time.perf_counter() - started
     reset_peak_memory(device)
+    compiles = _Compiles(config.compile_mode != "off")
 
     losses: list[torch.Tensor] = []
     warmup = StepClock(device)
     warmup.start()
-    for _ in range(int(trial["warmup_steps"])):
+    for i in range(int(trial["warmup_steps"])):
         losses.append(applied.train_step(batches))
+        if i == 0:
+            compiles.first_step_done()
     warmup.stop()
+    peaks = [peak_memory(device)]
+    longest = None
+    if workload.tokens is not None and trial.get("longest_batch", True):
+        reset_peak_memory(device)
+        longest = _longest_batch_step(built)
+        peaks.append(peak_memory(device))
+    if int(trial["warmup_steps"]) == 0:
+        compiles.first_step_done()
+    reset_peak_memory(device)
 
-    progress = _Progress(progress_path if RANK == 0 else None, warmup.window_s, config.global_batch)
+    tokens_before, positions_before = applied.real_tokens, applied.positions
+    counted = workload.tokens is not None or workload.count_tokens is not None
+    before_window = compiles.spent_s()
+    progress = _Progress(
+        progress_path if RANK == 0 else None,
+        warmup.window_s,
+        config.global_batch,
+        (lambda: applied.real_tokens - tokens_before) if counted else None,
+        (lambda: compiles.spent_s() - before_window) if compiles.enabled else None,
+    )
     clock = StepClock(device)
     clock.start()
     for _ in range(int(trial["measured_steps"])):
@@ -47,32 +72,54 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
         clock.mark()
         progress.update(clock)
     clock.stop()
+    peaks.append(peak_memory(device))
 
     stacked = torch.stack(losses)
-    window_s, warmup_s = clock.window_s, warmup.window_s
-    memory = peak_memory(device)
+    # A recompile in the window (a new batch length) is a one-off cost like the first
+    # compile: taken out of the steady-state window, added to compile_s.
+    recompile_in_window_s = compiles.spent_s() - before_window
+    window_s = clock.window_s - recompile_in_window_s
+    warmup_s = warmup.window_s
+    # Peaks are the largest of the three phases; counters (allocator retries) are cumulative.
+    memory = dict(peaks[-1])
+    for key in ("peak_mem_bytes", "peak_allocated_bytes"):
+        if key in memory:
+            memory[key] = max(p[key] for p in peaks)
+    steps = int(trial["measured_steps"])
+    real = applied.real_tokens - tokens_before
+    positions = applied.positions - positions_before
     if WORLD > 1:  # global view: mean loss, slowest rank's window, largest memory peak
-        stacked, window_s, warmup_s, memory["peak_mem_bytes"] = _reduce_ranks(
-            stacked, window_s, warmup_s, memory["peak_mem_bytes"], device
+        stacked, window_s, warmup_s, memory["peak_mem_bytes"], real, positions = _reduce_ranks(
+            stacked, window_s, warmup_s, memory["peak_mem_bytes"], real, positions, device
         )
     values = [float(x) for x in stacked.cpu().tolist()]
     per_step = config.global_batch  # samples of all ranks
-    steps = int(trial["measured_steps"])
     samples_per_s = steps * per_step / window_s
+    if counted:
+        tokens_per_s = real / window_s
+    elif workload.tokens_per_sample:
+        tokens_per_s = samples_per_s * workload.tokens_per_sample
+    else:
+        tokens_per_s = None
     m = Measurement(
         status=OK,
         samples_per_s=samples_per_s,
-        tokens_per_s=samples_per_s * workload.tokens_per_sample
-        if workload.tokens_per_sample
-        else None,
+        tokens_per_s=tokens_per_s,
         samples_per_step=per_step,
+        unit=TOKENS if workload.tokens is not None else "samples",
+        tokens_per_step=real / steps if counted else None,
+        padding_share=1 - real / positions if positions else None,
+        peak_longest_bytes=peaks[1]["peak_mem_bytes"] if longest is not None else None,
+        longest_batch_tokens=longest,
         measured_steps=steps,
         window_s=window_s,
         warmup_s=warmup_s,
-        compile_s=compile_estimate_s(warmup_s, int(trial["warmup_steps"]), window_s / steps),
+        compile_s=compile_estimate_s(warmup_s, int(trial["warmup_steps"]), window_s / steps)
+        + recompile_in_window_s,
         startup_s=startup_s,
         skipped_steps=applied.skipped_steps,
         losses=values,
+        **compiles.summary(),
         **spread(clock.step_times_s()),
         **memory,
     )
@@ -82,9 +129,65 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
     return m
 
 
+def _longest_batch_step(built: Built) -> int:
+    """One forward and backward (no optimizer step, RNG state kept) of a micro-batch of
+    the dataset's longest samples, collated as the loader does; returns its length."""
+    applied, tokens = built.applied, built.workload.tokens
+    loader = applied.loader
+    lengths = built.lengths or dataset_lengths(loader.dataset, tokens)
+    indices = longest_indices(lengths, built.config.batch_size)
+    batch = loader.collate_fn([loader.dataset[i] for i in indices])
+    devices = [built.device] if built.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        applied.forward_backward(batch)
+    ids = batch.get("input_ids") if isinstance(batch, dict) else None
+    return int(ids.shape[-1]) if isinstance(ids, torch.Tensor) else max(lengths[i] for i in indices)
+
+
+class _Compiles:
+    """Graphs torch.compile built, and those (and the time) after the first step:
+    recompiles for new shapes, read from dynamo's own counters."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.after_first: tuple[int, float] | None = None
+
+    @staticmethod
+    def _read() -> tuple[int, float]:
+        from torch._dynamo import utils
+
+        graphs = int(utils.counters["stats"].get("unique_graphs", 0))
+        spent = utils.calculate_time_spent().get("total_wall_time", 0.0)
+        return graphs, float(spent)
+
+    def spent_s(self) -> float:
+        """Seconds dynamo has spent compiling in this process so far (0 without compile)."""
+        return self._read()[1] if self.enabled else 0.0
+
+    def first_step_done(self) -> None:
+        if self.enabled and self.after_first is None:
+            self.after_first = self._read()
+
+    def summary(self) -> dict[str, float | int | None]:
+        if not self.enabled or self.after_first is None:
+            return {}
+        graphs, spent = self._read()
+        return {
+            "graphs": graphs,
+            "recompiles": graphs - self.after_first[0],
+            "recompile_s": max(0.0, spent - self.after_first[1]),
+        }
+
+
 def _reduce_ranks(
-    losses: torch.Tensor, window_s: float, warmup_s: float, peak: int, device: torch.device
-) -> tuple[torch.Tensor, float, float, int]:
+    losses: torch.Tensor,
+    window_s: float,
+    warmup_s: float,
+    peak: int,
+    real: int,
+    positions: int,
+    device: torch.device,
+) -> tuple[torch.Tensor, float, float, int, int, int]:
     import torch.distributed as dist
 
     losses = losses.clone()
@@ -93,7 +196,9 @@ def _reduce_ranks(
     worst = torch.tensor([window_s, warmup_s, float(peak)], dtype=torch.float64, device=device)
     dist.all_reduce(worst, op=dist.ReduceOp.MAX)
     window_s, warmup_s, peak_f = worst.tolist()
-    return losses, window_s, warmup_s, int(peak_f)
+    counts = torch.tensor([real, positions], dtype=torch.float64, device=device)
+    dist.all_reduce(counts)  # tokens of all ranks
+    return losses, window_s, warmup_s, int(peak_f), int(counts[0]), int(counts[1])
 
 
 def write_json(path: Path, payload: dict) -> None:
@@ -110,17 +215,36 @@ class _Progress:
     """
 
     def __init__(
-        self, path: str | None, warmup_s: float, samples_per_step: int, every_s: float = 0.2
+        self,
+        path: str | None,
+        warmup_s: float,
+        samples_per_step: int,
+        tokens_so_far: Callable[[], int] | None = None,
+        compiling_s: Callable[[], float] | None = None,
+        every_s: float = 0.2,
     ) -> None:
         self.path = Path(path) if path else None
-        self.base = {"warmup_s": warmup_s, "samples_per_step": samples_per_step}
+        self.base = {
+            "warmup_s": warmup_s,
+            "samples_per_step": samples_per_step,
+            "unit": TOKENS if tokens_so_far else "samples",
+        }
+        self.tokens_so_far = tokens_so_far
+        self.compiling_s = compiling_s
         self.every_s = every_s
         self.last = 0.0
+        self.marks = 0
 
     def update(self, clock: StepClock) -> None:
+        self.marks += 1
         now = time.perf_counter()
         if self.path is None or now - self.last < self.every_s:
             return
         self.last = now
         steps, elapsed_s = clock.progress()
-        write_json(self.path, {**self.base, "steps": steps, "elapsed_s": elapsed_s})
+        if self.compiling_s is not None:  # recompiles are not judged, like the first compile
+            elapsed_s -= self.compiling_s()
+        payload = {**self.base, "steps": steps, "elapsed_s": elapsed_s}
+        if self.tokens_so_far is not None:  # counted on the host for the marked steps
+            payload["per_step"] = self.tokens_so_far() / self.marks
+        write_json(self.path, payload)

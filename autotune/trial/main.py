@@ -68,6 +68,15 @@ def _reason(exc: BaseException, spec: dict[str, Any]) -> str:
         config = None
     if config is None:
         return f"{type(exc).__name__}: {text}"
+    if type(exc).__name__ == "FailOnRecompileLimitHit":
+        import torch._dynamo
+
+        limit = torch._dynamo.config.recompile_limit
+        return (
+            f"torch.compile hit its recompile limit ({limit} graphs of one function): the "
+            "input shapes vary too much; compile_dynamic: true, pad_to_multiple_of or "
+            "length_grouping make fewer shapes"
+        )
     if config.sdpa_backend != "auto" and ("No available kernel" in text or "No viable" in text):
         # torch explains why in warnings on stderr; the gist fits one line
         return (

@@ -25,6 +25,7 @@ from ..measurement import OK
 from ..workload import Workload
 from .apply import rebuild_optimizer, resolve_device, sdpa_backend, to_device
 from .build import load
+from .tokens import TokenCollate, dataset_lengths
 
 _ATTENTION_CALLS = {"scaled_dot_product_attention", "multi_head_attention_forward"}
 
@@ -64,7 +65,10 @@ def forward_calls(model: torch.nn.Module, workload: Workload, dataset: Any, devi
     Empty when that forward fails; the module scan of :func:`model_features` still
     applies then.
     """
-    loader = torch.utils.data.DataLoader(dataset, batch_size=2, collate_fn=workload.collate_fn)
+    collate = workload.collate_fn
+    if workload.owns_collate:
+        collate = TokenCollate(workload.tokens.pad_id, key=workload.tokens.key)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=2, collate_fn=collate)
     try:
         batch = to_device(next(iter(loader)), device)
         with torch.no_grad(), _Calls() as calls:
@@ -174,6 +178,8 @@ def capabilities(device: torch.device, workload: Workload, dataset: Any) -> dict
         "optimizer_impls": impls,
         "gpu_count": torch.cuda.device_count() if torch.cuda.is_available() else 0,
         "distributed": torch.distributed.is_available(),
+        "tokens": workload.tokens is not None,
+        "token_collate": workload.owns_collate,
     }
 
 
@@ -248,13 +254,22 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
     device = resolve_device(spec.get("device", "auto"))
     workload = load(spec)
     dataset = workload.dataset()
+    facts: dict[str, Any] = {
+        "name": workload.name,
+        "dataset_len": len(dataset),
+        "tokens_per_sample": workload.tokens_per_sample,
+    }
+    if workload.tokens is not None:  # checks tokens.lengths against the dataset
+        lengths = sorted(dataset_lengths(dataset, workload.tokens))
+        facts["lengths"] = {
+            "min": lengths[0],
+            "median": lengths[len(lengths) // 2],
+            "max": lengths[-1],
+            "mean": sum(lengths) / len(lengths),
+        }
     return {
         "status": OK,
         "capabilities": capabilities(device, workload, dataset),
         "environment": environment(device.type),
-        "workload": {
-            "name": workload.name,
-            "dataset_len": len(dataset),
-            "tokens_per_sample": workload.tokens_per_sample,
-        },
+        "workload": facts,
     }

@@ -81,7 +81,7 @@ def test_fixed_global_batch_and_reference_stored_once(write_space, tmp_path):
         global_batch: 32
         trial: {warmup_steps: 1, measured_steps: 3}
         budget: {n_trials: 3}
-        search: {confirm_top: 0}
+        search: {confirm_top: 0, prune: false}  # every trajectory is checked in full
     """)
     storage = f"sqlite:///{tmp_path}/s.db"
     result = tune(space, storage=storage, out_dir=tmp_path / "runs")

@@ -67,3 +67,18 @@ def test_advice_does_not_repeat_a_suggestion_the_study_measured():
     # Without evidence the suggestions stand as they are.
     (tip,) = advice(_profile(forward=0.45, backward=0.45, config=base))
     assert "already measured" not in tip and "bf16 autocast" in tip.split("try ")[1]
+
+
+def test_padding_and_recompile_advice_fire_only_when_they_should():
+    padded = _profile(forward=0.45, backward=0.45) | {"padding_share": 0.62}
+    assert any(t.startswith("62% of the token positions are padding") for t in advice(padded))
+    assert any("length_grouping" in t for t in advice(padded))
+    little = _profile(forward=0.45, backward=0.45) | {"padding_share": 0.05}
+    assert not any("padding" in t for t in advice(little))
+    grouped = _profile(forward=0.45, backward=0.45, config={"length_grouping": "grouped"})
+    tip = next(t for t in advice(grouped | {"padding_share": 0.3}) if "padding" in t)
+    assert "length_grouping" not in tip  # already on: not suggested again
+    many = _profile(forward=0.45, backward=0.45, config={"compile_mode": "default"})
+    tips = advice(many | {"graphs": 9})
+    assert any("built 9 graphs" in t and "compile_dynamic" in t for t in tips)
+    assert not any("graphs" in t for t in advice(many | {"graphs": 2}))

@@ -331,26 +331,6 @@ def test_zero_grad_set_to_none(set_to_none):
         assert all(g is not None and not g.any() for g in grads)
 
 
-@pytest.fixture
-def eager_inductor(monkeypatch):
-    """Replace inductor's code generation by the eager FX graph and record each graph's inputs.
-
-    Dynamo still traces, guards and recompiles for real; only the slow C++ build is skipped.
-    """
-    import torch._inductor.compile_fx as compile_fx
-
-    graphs = []
-
-    def record(gm, example_inputs, **kwargs):
-        graphs.append(example_inputs)
-        return gm.forward
-
-    monkeypatch.setattr(compile_fx, "compile_fx", record)
-    torch._dynamo.reset()
-    yield graphs
-    torch._dynamo.reset()
-
-
 @pytest.mark.parametrize(("dynamic", "graphs"), [("true", 1), ("false", 3), ("auto", 2)])
 def test_compile_dynamic_decides_recompiles(eager_inductor, dynamic, graphs):
     a = _applied(compile_mode="default", compile_dynamic=dynamic)

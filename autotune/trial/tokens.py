@@ -1,0 +1,105 @@
+"""Variable-length token data: padding and masks, lengths, length-grouped order, counting.
+
+Used by :func:`autotune.apply` for a workload that declares ``tokens``
+(:class:`autotune.Tokens`): autotune's collate pads each batch, real (non-padding)
+tokens are counted for tokens/s, and the ``length_grouping`` knob orders the stream.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from ..errors import WorkloadError
+from ..workload import Tokens
+
+IGNORE_INDEX = -100  # labels on padding: cross_entropy (and HF models) skip them
+# A mega-batch of this many optimizer steps is sorted by length (HF: 50 batches).
+GROUP_STEPS = 50
+
+
+def sample_ids(sample: Any, key: str = "input_ids") -> Any:
+    """The token ids of one sample: the sample itself, or ``sample[key]`` for a dict."""
+    return sample[key] if isinstance(sample, Mapping) else sample
+
+
+class TokenCollate:
+    """Pads a list of token sequences into ``{"input_ids", "attention_mask", "labels"}``.
+
+    The batch is as long as its longest sample, rounded up to a multiple of
+    ``pad_to_multiple_of``; labels are the ids with ``-100`` on padding.
+    """
+
+    def __init__(self, pad_id: int, pad_to_multiple_of: int = 1, key: str = "input_ids") -> None:
+        self.pad_id = pad_id
+        self.multiple = pad_to_multiple_of
+        self.key = key
+
+    def __call__(self, samples: Sequence[Any]) -> dict[str, torch.Tensor]:
+        seqs = [torch.as_tensor(sample_ids(s, self.key), dtype=torch.long) for s in samples]
+        longest = max(len(x) for x in seqs)
+        width = math.ceil(longest / self.multiple) * self.multiple
+        ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(seqs), width), dtype=torch.long)
+        for i, x in enumerate(seqs):
+            ids[i, : len(x)] = x
+            mask[i, : len(x)] = 1
+        labels = ids.masked_fill(mask == 0, IGNORE_INDEX)
+        return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def dataset_lengths(dataset: Any, tokens: Tokens) -> list[int]:
+    """Every sample's length: from ``tokens.lengths()``, checked against the dataset at a
+    few samples, else by one pass over the dataset.
+
+    Raises:
+        WorkloadError: ``tokens.lengths()`` disagrees with the dataset.
+    """
+    n = len(dataset)
+    if tokens.lengths is None:
+        return [len(sample_ids(dataset[i], tokens.key)) for i in range(n)]
+    lengths = [int(x) for x in tokens.lengths()]
+    if len(lengths) != n:
+        raise WorkloadError(
+            f"tokens.lengths gave {len(lengths)} lengths but the dataset has {n} samples"
+        )
+    for i in sorted({0, n // 2, n - 1}) if n else []:
+        actual = len(sample_ids(dataset[i], tokens.key))
+        if lengths[i] != actual:
+            raise WorkloadError(
+                f"tokens.lengths disagrees with the dataset: length {lengths[i]} for sample "
+                f"{i}, which has {actual} tokens"
+            )
+    return lengths
+
+
+def grouped(order: Iterator[int], lengths: Sequence[int], mega: int) -> Iterator[int]:
+    """``order`` regrouped: each run of ``mega`` indices sorted by length, longest first.
+
+    Consecutive batches then hold samples of similar length (little padding), and a
+    mega-batch holds the same samples as without grouping, so the data seen over a
+    mega-batch does not change; deterministic given ``order``.
+    """
+    chunk: list[int] = []
+    for index in order:
+        chunk.append(index)
+        if len(chunk) == mega:
+            yield from sorted(chunk, key=lambda i: -lengths[i])
+            chunk = []
+    yield from sorted(chunk, key=lambda i: -lengths[i])
+
+
+def longest_indices(lengths: Sequence[int], count: int) -> list[int]:
+    """The indices of the ``count`` longest samples (the worst case for memory)."""
+    return sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))[:count]
+
+
+def count_batch(batch: Any) -> tuple[int, int] | None:
+    """``(real tokens, positions)`` of a batch with an ``attention_mask``; else ``None``."""
+    mask = batch.get("attention_mask") if isinstance(batch, Mapping) else None
+    if not isinstance(mask, torch.Tensor):
+        return None
+    return int(mask.sum()), mask.numel()
