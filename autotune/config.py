@@ -29,6 +29,7 @@ class Config:
     pin_memory: bool = KNOBS["pin_memory"].default
     persistent_workers: bool = KNOBS["persistent_workers"].default
     prefetch_factor: int = KNOBS["prefetch_factor"].default
+    packing: str = KNOBS["packing"].default
     length_grouping: str = KNOBS["length_grouping"].default
     pad_to_multiple_of: int = KNOBS["pad_to_multiple_of"].default
     non_blocking: bool = KNOBS["non_blocking"].default
@@ -118,6 +119,7 @@ _SHORT = {
     "pin_memory": "pin",
     "persistent_workers": "persist",
     "prefetch_factor": "prefetch",
+    "packing": "pack",
     "length_grouping": "group",
     "pad_to_multiple_of": "pad_to",
     "non_blocking": "nonblock",

@@ -18,6 +18,7 @@ SDPA_BACKENDS = ("auto", "math", "efficient", "flash", "cudnn")
 OPTIMIZER_IMPLS = ("default", "foreach", "fused", "for-loop")
 JIT_MODES = ("off", "script", "trace")
 LENGTH_GROUPING = ("off", "grouped")
+PACKING = ("off", "packed")
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,8 @@ class Capabilities:
     optimizer_impls: tuple[str, ...] = ()  # optimizer_impl values it can be rebuilt with
     tokens: bool = False  # samples are variable-length token sequences (Workload.tokens)
     token_collate: bool = False  # ... and autotune pads them (no collate_fn of its own)
+    packable: str = "the workload's samples are not token sequences (Workload.tokens)"
+    # why the samples cannot be packed ("" when they can: Tokens(causal_lm, eos_id, ...))
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Capabilities:
@@ -67,6 +70,9 @@ class Knob:
             ``"needs num_workers > 0 (num_workers is 0)"``. Such a knob is *inactive*: it
             keeps its default and is not sampled, and a config setting it is rejected.
             It may only look at knobs defined before it in :data:`KNOBS`.
+        mistake: given the capabilities and a value, why listing that value is a mistake
+            of the space or workload (``None`` when it is not): an error before any
+            trial, where ``unsupported`` only drops the value with a note.
     """
 
     name: str
@@ -77,6 +83,7 @@ class Knob:
     minimum: int = 0
     unsupported: Callable[[Capabilities, Any], str | None] = lambda caps, value: None
     requires: Callable[[Mapping[str, Any]], str | None] = lambda values: None
+    mistake: Callable[[Capabilities, Any], str | None] = lambda caps, value: None
 
     def normalize(self, value: Any) -> Any:
         """Return ``value`` in canonical form, or raise ``ValueError`` saying what is allowed."""
@@ -259,6 +266,10 @@ def _pad_multiple_unsupported(caps: Capabilities, value: int) -> str | None:
     return None
 
 
+def _packing_mistake(caps: Capabilities, value: str) -> str | None:
+    return caps.packable or None if value != "off" else None
+
+
 def _optimizer_impl_unsupported(caps: Capabilities, value: str) -> str | None:
     if value != "default" and value not in caps.optimizer_impls:
         optimizer = caps.optimizer or "the workload's optimizer"
@@ -346,6 +357,16 @@ KNOBS: dict[str, Knob] = {
             requires=_with_workers,
         ),
         Knob(
+            "packing",
+            "choice",
+            "off",
+            "concatenate samples (an EOS after each) into rows of Tokens.pack_length: no "
+            "padding; the same samples per step, attention may cross samples in a row "
+            "(causal-LM token workloads)",
+            choices=PACKING,
+            mistake=_packing_mistake,
+        ),
+        Knob(
             "length_grouping",
             "choice",
             "off",
@@ -354,6 +375,7 @@ KNOBS: dict[str, Knob] = {
             "(token workloads)",
             choices=LENGTH_GROUPING,
             unsupported=_grouping_unsupported,
+            requires=_needs("packing", lambda v: v == "off", "off"),
         ),
         Knob(
             "pad_to_multiple_of",
@@ -363,6 +385,7 @@ KNOBS: dict[str, Knob] = {
             "compile-shape friendly, fewer recompiles) at the cost of padded positions",
             minimum=1,
             unsupported=_pad_multiple_unsupported,
+            requires=_needs("packing", lambda v: v == "off", "off"),
         ),
         Knob(
             "non_blocking",

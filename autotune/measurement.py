@@ -28,10 +28,11 @@ class Measurement:
     """What one trial measured. Times in seconds, memory in bytes.
 
     ``samples_per_s`` is steady-state throughput over the measured window, data loading
-    included; ``warmup_s`` (compile included) is not in it and reported apart. For token
-    workloads (``unit == "tokens"``), ``tokens_per_s`` counts real (non-padding) tokens
-    and is what the trial is scored on; ``padding_share`` is the share of token positions
-    in the window's batches that were padding.
+    included; ``warmup_s`` (compile included) is not in it and reported apart, and neither
+    is the time torch.compile spent recompiling inside the window (it is in
+    ``compile_s``). For token workloads (``unit == "tokens"``), ``tokens_per_s`` counts
+    real (non-padding) tokens and is what the trial is scored on; ``padding_share`` is the
+    share of token positions in the window's batches that were padding.
     """
 
     status: str

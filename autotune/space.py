@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from .config import Config, resolve_inactive
+from .errors import SpaceError
 from .host import system_memory_bytes
-from .knobs import KNOBS, Capabilities
+from .knobs import KNOBS, Capabilities, show
 
 DEVICES = ("auto", "cpu", "cuda")
 # The knobs and trial settings of the first release: always in the space's fingerprint.
@@ -185,6 +186,9 @@ class Space:
     limits: Limits = Limits()
     global_batch: int | None = None  # fixed samples per optimizer step; None = free
     notes: tuple[str, ...] = ()  # what parsing changed, shown before the search
+    # Every sample's length (token workloads), found once by the study's probe and read by
+    # its trials: a JSON file in the study's run folder. Not part of the fingerprint.
+    lengths_path: str | None = None
 
     @property
     def fixed_batch(self) -> bool:
@@ -239,7 +243,20 @@ class Space:
         return hashlib.sha256(blob).hexdigest()[:16]
 
     def restrict(self, caps: Capabilities) -> tuple[Space, list[str]]:
-        """Drop the values that cannot run with ``caps``; return the new space and notes."""
+        """Drop the values that cannot run with ``caps``; return the new space and notes.
+
+        Raises:
+            SpaceError: a listed value is a mistake for this workload (``packing`` for a
+                workload that did not declare a causal-LM loss), named with the reason.
+        """
+        mistakes = [
+            f"{self.source}: knobs.{name}: {show(value)} cannot apply: {reason}"
+            for name, values in {**self.options(), **self.knobs}.items()
+            for value in values
+            if (reason := KNOBS[name].mistake(caps, value))
+        ]
+        if mistakes:
+            raise SpaceError(mistakes)
         notes: list[str] = []
         knobs = {name: _supported(name, values, caps, notes) for name, values in self.knobs.items()}
         baseline = _supported_baseline(self.baseline, knobs, caps, notes)

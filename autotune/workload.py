@@ -45,14 +45,29 @@ class Tokens:
         lengths: optional ``lengths() -> sequence of int``, every sample's length in
             dataset order (saves the probe a pass over the dataset).
         key: the dict key of the ids in a sample.
+        causal_lm: the loss is a per-token causal-LM loss over ``labels``, so samples may
+            be packed together (the ``packing`` knob).
+        eos_id: the separator packing puts after each sample.
+        pack_length: the length of a packed row.
     """
 
     pad_id: int
     lengths: Callable[[], Sequence[int]] | None = None
     key: str = "input_ids"
+    causal_lm: bool = False
+    eos_id: int | None = None
+    pack_length: int | None = None
 
     def __post_init__(self) -> None:
         _int_at_least("tokens.pad_id", self.pad_id, 0)
+        if self.eos_id is not None:
+            _int_at_least("tokens.eos_id", self.eos_id, 0)
+        if self.pack_length is not None:
+            _int_at_least("tokens.pack_length", self.pack_length, 2)
+        if not isinstance(self.causal_lm, bool):
+            raise WorkloadError(
+                f"tokens.causal_lm must be true or false but got {self.causal_lm!r}"
+            )
         if self.lengths is not None and not callable(self.lengths):
             raise WorkloadError(
                 "tokens.lengths must be a function returning the lengths "
@@ -84,6 +99,9 @@ class Workload:
         count_tokens: ``count_tokens(batch) -> int``, the real tokens of a batch (as the
             loader yields it, before it moves to the device); by default the sum of its
             ``attention_mask``.
+        checkpointing: ``checkpointing(model)`` turns on the model's own activation
+            checkpointing (e.g. a Hugging Face model's ``gradient_checkpointing_enable``);
+            used for ``gradient_checkpointing`` when no ``blocks`` are given.
         name: shown in reports.
     """
 
@@ -96,6 +114,7 @@ class Workload:
     tokens_per_sample: int | None = None
     tokens: Tokens | None = None
     count_tokens: Callable[[Any], int] | None = None
+    checkpointing: Callable[[Any], None] | None = None
     name: str = "workload"
 
     def __post_init__(self) -> None:
@@ -105,7 +124,7 @@ class Workload:
                 raise WorkloadError(
                     f"Workload.{name} must be a function (a factory) but got {type(value).__name__}"
                 )
-        for name in ("blocks", "collate_fn", "count_tokens"):
+        for name in ("blocks", "collate_fn", "count_tokens", "checkpointing"):
             value = getattr(self, name)
             if value is not None and not callable(value):
                 raise WorkloadError(
@@ -118,6 +137,26 @@ class Workload:
                 f"Workload.tokens must be autotune.Tokens(pad_id=...) but got "
                 f"{type(self.tokens).__name__}"
             )
+
+    @property
+    def packable(self) -> str | None:
+        """Why the samples cannot be packed (``None`` when they can)."""
+        if self.tokens is None:
+            return "the workload's samples are not token sequences (Workload.tokens)"
+        if self.collate_fn is not None:
+            return "the workload pads its batches itself (Workload.collate_fn)"
+        missing = [
+            name
+            for name, ok in (
+                ("causal_lm=True", self.tokens.causal_lm),
+                ("eos_id", self.tokens.eos_id is not None),
+                ("pack_length", self.tokens.pack_length is not None),
+            )
+            if not ok
+        ]
+        if missing:
+            return f"packing needs Tokens({', '.join(missing)}): a per-token causal-LM loss"
+        return None
 
     @property
     def owns_collate(self) -> bool:

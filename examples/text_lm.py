@@ -21,7 +21,9 @@ from torch.nn import functional as F
 
 import autotune
 
-PAD, VOCAB = 0, 128
+PAD, VOCAB = 0, 128  # ids 1..127 are text
+EOS = VOCAB  # the separator packing puts after each sample
+N_IDS = VOCAB + 1
 
 
 def synthetic_lengths(n: int, median: int, longest: int, seed: int = 0) -> list[int]:
@@ -72,11 +74,11 @@ class Block(nn.Module):
 class TinyCausalLM(nn.Module):
     def __init__(self, dim: int = 64, layers: int = 2, heads: int = 4, context: int = 512):
         super().__init__()
-        self.embed = nn.Embedding(VOCAB, dim)
+        self.embed = nn.Embedding(N_IDS, dim)
         self.pos = nn.Embedding(context, dim)
         self.blocks = nn.ModuleList(Block(dim, heads) for _ in range(layers))
         self.norm = nn.LayerNorm(dim)
-        self.head = nn.Linear(dim, VOCAB)
+        self.head = nn.Linear(dim, N_IDS)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)
@@ -90,14 +92,19 @@ def causal_lm_loss(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Te
     """Next-token cross-entropy, a mean over real tokens (labels are -100 on padding)."""
     logits = model(batch["input_ids"])
     return F.cross_entropy(
-        logits[:, :-1].reshape(-1, VOCAB).float(),
+        logits[:, :-1].reshape(-1, N_IDS).float(),
         batch["labels"][:, 1:].reshape(-1),
         ignore_index=-100,
     )
 
 
 def workload(
-    n: int = 4096, median: int = 48, longest: int = 512, dim: int = 64, layers: int = 2
+    n: int = 4096,
+    median: int = 48,
+    longest: int = 512,
+    dim: int = 64,
+    layers: int = 2,
+    pack_length: int = 128,
 ) -> autotune.Workload:
     """The factory a space file names: ``examples/text_lm.py:workload``."""
     return autotune.Workload(
@@ -107,5 +114,11 @@ def workload(
         loss=causal_lm_loss,
         optimizer=lambda params: torch.optim.AdamW(params, lr=3e-3),
         blocks=lambda model: list(model.blocks),
-        tokens=autotune.Tokens(pad_id=PAD, lengths=lambda: synthetic_lengths(n, median, longest)),
+        tokens=autotune.Tokens(
+            pad_id=PAD,
+            lengths=lambda: synthetic_lengths(n, median, longest),
+            causal_lm=True,  # a per-token next-token loss: samples may be packed
+            eos_id=EOS,
+            pack_length=pack_length,
+        ),
     )

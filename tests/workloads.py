@@ -297,16 +297,18 @@ def _token_loss(model: nn.Module, batch: dict) -> torch.Tensor:
     )
 
 
-def texts(n: int = 256, seed: int = 0, with_lengths: bool = True) -> autotune.Workload:
-    """Variable-length token samples (8 to 96 tokens, long-tailed)."""
+def texts(n: int = 256, seed: int = 0, causal_lm: bool = False) -> autotune.Workload:
+    """Variable-length token samples (8 to 96 tokens, long-tailed); with ``causal_lm``
+    they may be packed (EOS id 0, rows of 64)."""
     g = torch.Generator().manual_seed(seed)
     lengths = (8 + torch.rand(n, generator=g) ** 3 * 88).long().tolist()
+    packing = {"causal_lm": True, "eos_id": 0, "pack_length": 64} if causal_lm else {}
     return autotune.Workload(
         name="texts",
         model=ExplicitAttention,
         dataset=lambda: Texts(lengths),
         loss=_token_loss,
-        tokens=autotune.Tokens(pad_id=0, lengths=(lambda: lengths) if with_lengths else None),
+        tokens=autotune.Tokens(pad_id=0, lengths=lambda: lengths, **packing),
     )
 
 
@@ -331,3 +333,26 @@ def wrong_lengths() -> autotune.Workload:
         loss=_token_loss,
         tokens=autotune.Tokens(pad_id=0, lengths=lambda: [11] * 64),
     )
+
+
+def gpt2(n: int = 128) -> autotune.Workload:
+    """A random-init 2-layer GPT-2 (transformers, no download) over variable-length texts."""
+    import autotune.hf
+
+    def model():
+        import transformers
+
+        config = transformers.GPT2Config(
+            n_layer=2,
+            n_embd=32,
+            n_head=2,
+            vocab_size=40,
+            n_positions=128,
+            bos_token_id=1,
+            eos_token_id=1,
+        )
+        return transformers.GPT2LMHeadModel(config)
+
+    g = torch.Generator().manual_seed(0)
+    lengths = (8 + torch.rand(n, generator=g) ** 3 * 88).long().tolist()
+    return autotune.hf.workload(model=model, dataset=lambda: Texts(lengths), pad_id=0)

@@ -44,6 +44,12 @@ PLAIN_PYTORCH = {
     "num_threads": "torch.set_num_threads({v}) (0: leave the default)",
     "interop_threads": "torch.set_num_interop_threads({v}) (0: leave the default)",
     "checkpoint_every": "checkpoint_every={v} in your own activation-checkpointing code",
+    "length_grouping": "sort each mega-batch of your sample order by length "
+    "(transformers: LengthGroupedSampler)",
+    "pad_to_multiple_of": "DataCollatorWithPadding(tokenizer, pad_to_multiple_of={v}) "
+    "or the same in your collate_fn",
+    "packing": "concatenate samples with an EOS into fixed-length rows (TRL: "
+    "SFTConfig(packing=True), which also resets attention at sample boundaries)",
 }
 
 
@@ -145,6 +151,13 @@ def hf_training_arguments(values: Mapping[str, Any], device: str | None = None) 
             kw["dataloader_prefetch_factor"] = r.take("prefetch_factor")
         else:
             r.cannot("prefetch_factor", f"{HF} without DataLoader workers")
+    if r.take("length_grouping", "off") == "grouped":
+        kw["train_sampling_strategy"] = "group_by_length"
+        r.notes.append(
+            "train_sampling_strategy='group_by_length' is transformers 5 (4.x: "
+            "group_by_length=True); it sorts mega-batches of 50 micro-batches by length, "
+            "autotune sorted 50 optimizer steps (the same idea)"
+        )
     kw["torch_compile"], mode = _compile(r)
     if mode:
         kw["torch_compile_mode"] = mode

@@ -159,21 +159,26 @@ def run_child(
 
 
 def _base_spec(space: Space) -> dict[str, Any]:
-    return {
+    spec = {
         "workload": space.workload,
         "workload_args": space.workload_args,
         "base_dir": str(space.base_dir),
         "device": space.device,
     }
+    if space.lengths_path:
+        spec["lengths_path"] = space.lengths_path
+    return spec
 
 
 def probe(space: Space, folder: Path) -> dict[str, Any]:
-    """Load the workload once in a subprocess: capabilities, environment, dataset size.
+    """Load the workload once in a subprocess: capabilities, environment, dataset size;
+    for a token workload every sample's length, written to ``folder/lengths.json``.
 
     Raises:
         WorkloadError: the workload cannot be loaded or built.
     """
-    result = run_child({**_base_spec(space), "mode": "probe"}, folder, space.trial.timeout_s)
+    spec = {**_base_spec(space), "mode": "probe", "lengths_path": str(folder / "lengths.json")}
+    result = run_child(spec, folder, space.trial.timeout_s)
     if result.get("status") != "ok":
         raise WorkloadError(f"{result.get('reason', 'probe failed')} (log: {folder})")
     return result

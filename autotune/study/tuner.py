@@ -51,7 +51,7 @@ MAX_DUPLICATES_IN_A_ROW = 30
 
 # Knobs that change which samples share an optimizer step: a trial that sets one is
 # judged against an fp32 reference of the same data layout.
-LAYOUT_KNOBS = ("length_grouping",)
+LAYOUT_KNOBS = ("packing", "length_grouping")
 
 
 def reference_config(baseline: Config, layout: dict[str, Any] | None = None) -> Config:
@@ -128,6 +128,9 @@ class Tuner:
         """Probe the machine and workload; restrict the space to what can run here."""
         folder = "probe" if not self.worker_index else f"probe-{self.worker_index}"
         probe = self.backend.probe(self.space, self.out_dir / folder)
+        lengths = self.out_dir / folder / "lengths.json"
+        if lengths.is_file():  # the trials read the samples' lengths instead of a pass
+            self.space = replace(self.space, lengths_path=str(lengths.resolve()))
         self.capabilities = probe["capabilities"]
         caps = Capabilities.from_dict(self.capabilities)
         self.space, notes = self.space.restrict(caps)

@@ -19,7 +19,15 @@ from ..config import Config
 from ..errors import ArgumentError, AutotuneError, first_line
 from ..workload import Tokens
 from .compile import compile_model
-from .tokens import GROUP_STEPS, TokenCollate, count_batch, dataset_lengths, grouped
+from .tokens import (
+    GROUP_STEPS,
+    CountWithout,
+    PackCollate,
+    TokenCollate,
+    count_batch,
+    dataset_lengths,
+    grouped,
+)
 
 _AMP = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -100,7 +108,11 @@ def make_loader(
     ``tokens`` and no ``collate_fn``, autotune pads the batches (``pad_to_multiple_of``);
     ``length_grouping`` needs the samples' ``lengths`` (computed when not given).
     """
-    if tokens is not None and collate_fn is None:
+    if config.packing != "off":
+        if tokens is None or collate_fn is not None or None in (tokens.eos_id, tokens.pack_length):
+            raise ArgumentError("packing needs token samples with Tokens(eos_id, pack_length)")
+        collate_fn = PackCollate(tokens.pad_id, tokens.eos_id, tokens.pack_length, tokens.key)
+    elif tokens is not None and collate_fn is None:
         collate_fn = TokenCollate(tokens.pad_id, config.pad_to_multiple_of, tokens.key)
     kwargs: dict[str, Any] = dict(
         batch_size=config.batch_size,
@@ -399,6 +411,7 @@ def apply(
     tokens: Tokens | None = None,
     lengths: Sequence[int] | None = None,
     count_tokens: Callable[[Any], int] | None = None,
+    checkpointing: Callable[[torch.nn.Module], None] | None = None,
 ) -> Applied:
     """Set up a plain PyTorch training loop the way ``config`` says.
 
@@ -429,6 +442,9 @@ def apply(
         lengths: every sample's length, for ``length_grouping`` (else one pass over the
             dataset computes them).
         count_tokens: counts a batch's real tokens (default: its ``attention_mask``).
+        checkpointing: turns on the model's own activation checkpointing, for
+            ``gradient_checkpointing`` without ``blocks`` (a Hugging Face model's
+            ``gradient_checkpointing_enable``).
 
     Returns:
         An :class:`Applied`; call ``applied.train_step(iter(applied.loader))`` in your loop,
@@ -451,9 +467,15 @@ def apply(
         model = model.to(memory_format=torch.channels_last)
     model.train()
     if config.gradient_checkpointing:
-        if not blocks:
-            raise ArgumentError("gradient_checkpointing needs the model's blocks (blocks=...)")
-        checkpoint_blocks(list(blocks)[:: config.checkpoint_every])
+        if blocks:
+            checkpoint_blocks(list(blocks)[:: config.checkpoint_every])
+        elif checkpointing is not None:
+            checkpointing(model)
+        else:
+            raise ArgumentError(
+                "gradient_checkpointing needs the model's blocks (blocks=...) or a "
+                "checkpointing(model) function"
+            )
     opt = rebuild_optimizer(_build_optimizer(optimizer, model), config.optimizer_impl)
     if config.world_size > 1:
         model = wrap_ddp(model, config, device)
@@ -468,6 +490,8 @@ def apply(
         tokens=tokens,
         lengths=lengths,
     )
+    if count_tokens is None and config.packing != "off":  # the EOS separators are not data
+        count_tokens = CountWithout(tokens.eos_id)
     return Applied(config, device, model, opt, loader, loss, scaler, count_tokens=count_tokens)
 
 
@@ -501,4 +525,5 @@ def apply_workload(
         tokens=workload.tokens,
         lengths=lengths,
         count_tokens=workload.count_tokens,
+        checkpointing=workload.checkpointing,
     )

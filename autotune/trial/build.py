@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 import torch
 
 from ..config import Config
+from ..errors import WorkloadError
 from ..workload import Workload, load_workload
 from .apply import Applied, apply_workload, resolve_device, set_threads
 from .guard import init_distributed
@@ -48,9 +50,26 @@ def build(spec: dict[str, Any]) -> Built:
         import torch._dynamo
 
         torch._dynamo.config.fail_on_recompile_limit_hit = True
-    applied = apply_workload(config, workload, device=device, seed=seed, endless=True)
-    lengths = getattr(applied.loader.sampler, "lengths", None)  # computed for grouping
+    lengths = _stored_lengths(spec) if workload.tokens is not None else None
+    applied = apply_workload(
+        config, workload, device=device, seed=seed, endless=True, lengths=lengths
+    )
+    if lengths is not None and len(lengths) != len(applied.loader.dataset):
+        raise WorkloadError(
+            f"the dataset has {len(applied.loader.dataset)} samples but the probe found "
+            f"{len(lengths)}: it must build the same dataset every time"
+        )
+    lengths = lengths or getattr(applied.loader.sampler, "lengths", None)  # found for grouping
     return Built(config, trial, device, workload, applied, iter(applied.loader), lengths)
+
+
+def _stored_lengths(spec: dict[str, Any]) -> list[int] | None:
+    """The samples' lengths the study's probe wrote, if this machine can read them."""
+    path = spec.get("lengths_path")
+    try:
+        return json.loads(Path(path).read_text()) if path else None
+    except (OSError, ValueError):
+        return None
 
 
 def applied_settings(applied: Applied) -> dict[str, Any]:

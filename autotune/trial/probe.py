@@ -9,10 +9,12 @@ records the machine a config is measured on.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import shutil
 import socket
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -160,7 +162,10 @@ def capabilities(device: torch.device, workload: Workload, dataset: Any) -> dict
     compile_ok, compile_reason = compile_support(device)
     torch.manual_seed(0)
     model = workload.model().to(device)
-    blocks = len(list(workload.blocks(model))) if workload.blocks is not None else 0
+    if workload.blocks is not None:
+        blocks = len(list(workload.blocks(model)))
+    else:  # the model's own checkpointing counts as one block (no checkpoint_every)
+        blocks = 1 if workload.checkpointing is not None else 0
     optimizer, impls = optimizer_impls(workload, model)
     return {
         "device": device.type,
@@ -180,6 +185,7 @@ def capabilities(device: torch.device, workload: Workload, dataset: Any) -> dict
         "distributed": torch.distributed.is_available(),
         "tokens": workload.tokens is not None,
         "token_collate": workload.owns_collate,
+        "packable": workload.packable or "",
     }
 
 
@@ -260,7 +266,10 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
         "tokens_per_sample": workload.tokens_per_sample,
     }
     if workload.tokens is not None:  # checks tokens.lengths against the dataset
-        lengths = sorted(dataset_lengths(dataset, workload.tokens))
+        found = dataset_lengths(dataset, workload.tokens)
+        if spec.get("lengths_path"):  # for the trials of the study
+            Path(spec["lengths_path"]).write_text(json.dumps(found))
+        lengths = sorted(found)
         facts["lengths"] = {
             "min": lengths[0],
             "median": lengths[len(lengths) // 2],

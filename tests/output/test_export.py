@@ -247,3 +247,19 @@ def test_cli_export_mistakes_are_one_line_and_exit_1(small_study, tmp_path):
         r = _cli("export", *args, cwd=tmp_path)
         assert r.returncode == 1 and message in r.stderr, r.stderr
         assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_hf_export_maps_length_grouping_and_lists_the_other_layout_knobs():
+    values = Config(length_grouping="grouped").to_dict()
+    mapped = hf_training_arguments(values)
+    assert mapped.kwargs["TrainingArguments"]["train_sampling_strategy"] == "group_by_length"
+    packed = hf_training_arguments({**Config().to_dict(), "packing": "packed"})
+    assert "SFTConfig(packing=True)" in packed.no_equivalent["packing"]
+    padded = hf_training_arguments(Config(pad_to_multiple_of=64).to_dict())
+    assert "pad_to_multiple_of=64" in padded.no_equivalent["pad_to_multiple_of"]
+    try:
+        import transformers
+    except ImportError:
+        return
+    fields = {f.name for f in __import__("dataclasses").fields(transformers.TrainingArguments)}
+    assert set(mapped.kwargs["TrainingArguments"]) <= fields

@@ -170,3 +170,59 @@ def test_recompiles_are_counted_and_the_recompile_limit_fails_the_trial(eager_in
     finally:
         torch._dynamo.config.recompile_limit = limit
         torch._dynamo.config.fail_on_recompile_limit_hit = False
+
+
+def test_packing_concatenates_samples_with_eos_into_rows_and_pads_only_the_last():
+    from autotune.trial.tokens import CountWithout, PackCollate
+
+    batch = PackCollate(pad_id=0, eos_id=9, pack_length=4)([[1, 2, 3], {"input_ids": [4, 5]}])
+    assert batch["input_ids"].tolist() == [[1, 2, 3, 9], [4, 5, 9, 0]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 1, 0]]
+    assert batch["labels"].tolist() == [[1, 2, 3, 9], [4, 5, 9, -100]]
+    assert CountWithout(9)(batch) == 5  # the samples' tokens, not the separators
+
+
+def test_a_packed_step_holds_the_same_real_tokens_with_little_padding():
+    def run(config: dict):
+        applied = apply_workload(
+            Config(**config), texts(causal_lm=True), device="cpu", endless=True
+        )
+        batches = iter(applied.loader)
+        for _ in range(6):
+            applied.train_step(batches)
+        return applied
+
+    plain = run({"batch_size": 8, "accumulation_steps": 2})
+    packed = run({"batch_size": 8, "accumulation_steps": 2, "packing": "packed"})
+    assert packed.real_tokens == plain.real_tokens  # the same samples in every step
+    # positions: real tokens + one EOS per sample + the last row's padding per micro-batch
+    assert packed.positions < plain.positions
+    assert packed.positions <= plain.real_tokens + 6 * 16 + 12 * 64
+
+
+def test_packing_a_workload_without_a_causal_lm_loss_is_an_error_before_any_trial(
+    write_space, tmp_path
+):
+    from conftest import run_cli
+
+    space = write_space("""
+        workload: {workloads}:texts
+        knobs: {packing: ["off", packed]}
+        trial: {warmup_steps: 1, measured_steps: 2}
+    """)
+    r = run_cli("run", str(space), "--out", str(tmp_path / "runs"), cwd=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.stderr.strip().endswith(
+        "knobs.packing: packed cannot apply: packing needs Tokens(causal_lm=True, eos_id, "
+        "pack_length): a per-token causal-LM loss"
+    )
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert not list((tmp_path / "runs").glob("*/trial-*"))  # the probe ran, no trial did
+
+
+def test_a_space_with_pad_to_multiple_of_0_names_the_knob():
+    from autotune import SpaceError
+    from autotune.space_file import parse_space
+
+    with pytest.raises(SpaceError, match=r"knobs.pad_to_multiple_of: must be an integer >= 1"):
+        parse_space({"workload": "m:f", "knobs": {"pad_to_multiple_of": [0, 8]}})
