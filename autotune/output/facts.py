@@ -125,7 +125,7 @@ def summary_facts(result: TuneResult) -> list[Fact]:
                 "longest_batch",
                 "peak at longest batch",
                 f"{fmt_bytes(m.peak_longest_bytes)} (a micro-batch of the dataset's longest "
-                f"samples, {m.longest_batch_tokens} tokens each; in the memory verdict)",
+                f"samples, {m.longest_batch_tokens} tokens wide; in the memory verdict)",
             )
         )
     if m.padding_share is not None:

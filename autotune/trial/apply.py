@@ -230,8 +230,8 @@ class Applied:
         scaler: a ``torch.amp.GradScaler`` for fp16, else ``None``.
         count_tokens: ``count_tokens(batch) -> int`` for the real tokens of a batch, or
             ``None`` (then a batch with an ``attention_mask`` is counted from it).
-        real_tokens, positions: tokens and token positions (padding included) of the
-            batches :meth:`train_step` has taken so far, when they can be counted.
+        real_tokens, positions, padding: tokens, token positions and padded positions of
+            the batches :meth:`train_step` has taken so far, when they can be counted.
     """
 
     config: Config
@@ -245,6 +245,7 @@ class Applied:
     count_tokens: Callable[[Any], int] | None = None
     real_tokens: int = 0
     positions: int = 0
+    padding: int = 0  # positions the attention mask marks as padding
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """The autocast context of the config (a no-op for fp32)."""
@@ -268,13 +269,14 @@ class Applied:
 
     def _count(self, batch: Any) -> None:
         """Add a batch's real tokens and positions (on the host, before the copy)."""
-        if self.count_tokens is not None:
-            self.real_tokens += int(self.count_tokens(batch))
-            return
         counted = count_batch(batch)
         if counted is not None:
-            self.real_tokens += counted[0]
             self.positions += counted[1]
+            self.padding += counted[1] - counted[0]
+        if self.count_tokens is not None:
+            self.real_tokens += int(self.count_tokens(batch))
+        elif counted is not None:
+            self.real_tokens += counted[0]
 
     def forward_backward(self, batch: Any) -> None:
         """One forward and backward of ``batch`` with no optimizer step (gradients are

@@ -56,6 +56,7 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
     reset_peak_memory(device)
 
     tokens_before, positions_before = applied.real_tokens, applied.positions
+    padding_before = applied.padding
     counted = workload.tokens is not None or workload.count_tokens is not None
     before_window = compiles.spent_s()
     progress = _Progress(
@@ -88,10 +89,17 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
     steps = int(trial["measured_steps"])
     real = applied.real_tokens - tokens_before
     positions = applied.positions - positions_before
+    padding = applied.padding - padding_before
     if WORLD > 1:  # global view: mean loss, slowest rank's window, largest memory peak
-        stacked, window_s, warmup_s, memory["peak_mem_bytes"], real, positions = _reduce_ranks(
-            stacked, window_s, warmup_s, memory["peak_mem_bytes"], real, positions, device
+        stacked, window_s, warmup_s, memory["peak_mem_bytes"], counts = _reduce_ranks(
+            stacked,
+            window_s,
+            warmup_s,
+            memory["peak_mem_bytes"],
+            [real, positions, padding],
+            device,
         )
+        real, positions, padding = counts
     values = [float(x) for x in stacked.cpu().tolist()]
     per_step = config.global_batch  # samples of all ranks
     samples_per_s = steps * per_step / window_s
@@ -108,7 +116,7 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
         samples_per_step=per_step,
         unit=TOKENS if workload.tokens is not None else "samples",
         tokens_per_step=real / steps if counted else None,
-        padding_share=1 - real / positions if positions else None,
+        padding_share=padding / positions if positions else None,
         peak_longest_bytes=peaks[1]["peak_mem_bytes"] if longest is not None else None,
         longest_batch_tokens=longest,
         measured_steps=steps,
@@ -184,10 +192,9 @@ def _reduce_ranks(
     window_s: float,
     warmup_s: float,
     peak: int,
-    real: int,
-    positions: int,
+    counts: list[int],
     device: torch.device,
-) -> tuple[torch.Tensor, float, float, int, int, int]:
+) -> tuple[torch.Tensor, float, float, int, list[int]]:
     import torch.distributed as dist
 
     losses = losses.clone()
@@ -196,9 +203,9 @@ def _reduce_ranks(
     worst = torch.tensor([window_s, warmup_s, float(peak)], dtype=torch.float64, device=device)
     dist.all_reduce(worst, op=dist.ReduceOp.MAX)
     window_s, warmup_s, peak_f = worst.tolist()
-    counts = torch.tensor([real, positions], dtype=torch.float64, device=device)
-    dist.all_reduce(counts)  # tokens of all ranks
-    return losses, window_s, warmup_s, int(peak_f), int(counts[0]), int(counts[1])
+    summed = torch.tensor(counts, dtype=torch.float64, device=device)
+    dist.all_reduce(summed)  # token counts of all ranks
+    return losses, window_s, warmup_s, int(peak_f), [int(x) for x in summed.tolist()]
 
 
 def write_json(path: Path, payload: dict) -> None:

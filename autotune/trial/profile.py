@@ -155,7 +155,7 @@ def profile(built: Built, spec: dict[str, Any]) -> dict[str, Any]:
         activities.append(ProfilerActivity.CUDA)
     # One step of profiler warm-up (recorded, then discarded): the profiler's own start-up
     # cost lands there instead of in the first profiled step.
-    tokens_before, positions_before = applied.real_tokens, applied.positions
+    padding_before, positions_before = applied.padding, applied.positions
     schedule = torch.profiler.schedule(wait=0, warmup=1, active=steps, repeat=1)
     with torch_profile(activities=activities, schedule=schedule) as prof:
         applied.train_step(batches)
@@ -174,7 +174,7 @@ def profile(built: Built, spec: dict[str, Any]) -> dict[str, Any]:
     summary = summarize([_plain(e) for e in prof.events()], wall_s, steps, device.type)
     positions = applied.positions - positions_before
     if positions:  # token workloads: the share of padded positions in the profiled batches
-        summary["padding_share"] = 1 - (applied.real_tokens - tokens_before) / positions
+        summary["padding_share"] = (applied.padding - padding_before) / positions
     if built.config.compile_mode != "off":
         from torch._dynamo import utils
 

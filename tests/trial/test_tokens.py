@@ -195,9 +195,11 @@ def test_a_packed_step_holds_the_same_real_tokens_with_little_padding():
     plain = run({"batch_size": 8, "accumulation_steps": 2})
     packed = run({"batch_size": 8, "accumulation_steps": 2, "packing": "packed"})
     assert packed.real_tokens == plain.real_tokens  # the same samples in every step
-    # positions: real tokens + one EOS per sample + the last row's padding per micro-batch
-    assert packed.positions < plain.positions
-    assert packed.positions <= plain.real_tokens + 6 * 16 + 12 * 64
+    # positions: the real tokens, one EOS per sample (6 steps x 16), and padding only in
+    # the last row of each of the 12 micro-batches
+    assert packed.positions == packed.real_tokens + 6 * 16 + packed.padding
+    assert 0 < packed.padding < 12 * 64
+    assert packed.padding < plain.padding / 3
 
 
 def test_packing_a_workload_without_a_causal_lm_loss_is_an_error_before_any_trial(
