@@ -43,8 +43,8 @@ class Capabilities:
     optimizer_impls: tuple[str, ...] = ()  # optimizer_impl values it can be rebuilt with
     tokens: bool = False  # samples are variable-length token sequences (Workload.tokens)
     token_collate: bool = False  # ... and autotune pads them (no collate_fn of its own)
-    packable: str = "the workload's samples are not token sequences (Workload.tokens)"
-    # why the samples cannot be packed ("" when they can: Tokens(causal_lm, eos_id, ...))
+    packing_undeclared: str = "the workload's samples are not token sequences (Workload.tokens)"
+    # why packing would be a mistake ("" when Tokens(causal_lm=True, eos_id, pack_length))
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Capabilities:
@@ -267,7 +267,13 @@ def _pad_multiple_unsupported(caps: Capabilities, value: int) -> str | None:
 
 
 def _packing_mistake(caps: Capabilities, value: str) -> str | None:
-    return caps.packable or None if value != "off" else None
+    return caps.packing_undeclared or None if value != "off" else None
+
+
+def _packing_unsupported(caps: Capabilities, value: str) -> str | None:
+    if value != "off" and caps.tokens and not caps.token_collate:
+        return "the workload pads its batches itself (Workload.collate_fn)"
+    return None
 
 
 def _optimizer_impl_unsupported(caps: Capabilities, value: str) -> str | None:
@@ -364,6 +370,7 @@ KNOBS: dict[str, Knob] = {
             "padding; the same samples per step, attention may cross samples in a row "
             "(causal-LM token workloads)",
             choices=PACKING,
+            unsupported=_packing_unsupported,
             mistake=_packing_mistake,
         ),
         Knob(

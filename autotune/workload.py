@@ -139,12 +139,11 @@ class Workload:
             )
 
     @property
-    def packable(self) -> str | None:
-        """Why the samples cannot be packed (``None`` when they can)."""
+    def packing_undeclared(self) -> str | None:
+        """Why packing the samples would be a mistake (``None`` when the workload declared
+        a per-token causal-LM loss with ``Tokens(causal_lm=True, eos_id, pack_length)``)."""
         if self.tokens is None:
             return "the workload's samples are not token sequences (Workload.tokens)"
-        if self.collate_fn is not None:
-            return "the workload pads its batches itself (Workload.collate_fn)"
         missing = [
             name
             for name, ok in (

@@ -185,7 +185,7 @@ def capabilities(device: torch.device, workload: Workload, dataset: Any) -> dict
         "distributed": torch.distributed.is_available(),
         "tokens": workload.tokens is not None,
         "token_collate": workload.owns_collate,
-        "packable": workload.packable or "",
+        "packing_undeclared": workload.packing_undeclared or "",
     }
 
 

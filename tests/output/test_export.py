@@ -191,6 +191,7 @@ def test_future_and_unknown_knobs_are_mapped_or_listed_never_dropped():
         "matmul_precision",
         "gradient_checkpointing",
         "optimizer_impl",
+        "length_grouping",
     }
     assert set(values) == expressed | set(hf.no_equivalent)
     medium = hf_training_arguments({**values, "matmul_precision": "medium"})

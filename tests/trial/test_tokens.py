@@ -81,6 +81,15 @@ def test_a_workload_with_its_own_collate_keeps_it_and_pad_multiple_is_unsupporte
     assert KNOBS["length_grouping"].unsupported(caps, "grouped") is None
     plain = Capabilities(device="cpu")
     assert "not token sequences" in KNOBS["length_grouping"].unsupported(plain, "grouped")
+    # packing: dropped with a note for an own collate, an error when not declared
+    own = Capabilities(device="cpu", tokens=True, token_collate=False, packing_undeclared="")
+    assert "pads its batches itself" in KNOBS["packing"].unsupported(own, "packed")
+    assert KNOBS["packing"].mistake(own, "packed") is None
+    undeclared = Capabilities(
+        device="cpu", tokens=True, token_collate=True, packing_undeclared="needs causal_lm"
+    )
+    assert KNOBS["packing"].mistake(undeclared, "packed") == "needs causal_lm"
+    assert KNOBS["packing"].mistake(undeclared, "off") is None
 
 
 def test_token_workload_mistakes_are_one_line_naming_the_field():
