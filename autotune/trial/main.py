@@ -57,7 +57,7 @@ def run_mode(spec: dict[str, Any], started: float) -> dict[str, Any]:
     return run_trial(spec, started)
 
 
-def _reason(exc: BaseException, spec: dict[str, Any]) -> str:
+def failure_reason(exc: BaseException, spec: dict[str, Any]) -> str:
     """One readable line: what failed, naming the knob when a compiler or kernel choice did."""
     text = first_line(exc)
     if isinstance(exc, AutotuneError):
@@ -95,7 +95,7 @@ def main(argv: list[str], *, started: float) -> None:
     except Exception as exc:  # the trial's failure is data, reported to the driver
         traceback.print_exc()
         status = OOM if is_oom(exc) else FAILED
-        payload = Measurement(status=status, reason=_reason(exc, spec)[:500]).to_dict()
+        payload = Measurement(status=status, reason=failure_reason(exc, spec)[:500]).to_dict()
     payload["wall_s"] = time.perf_counter() - started
     if RANK == 0:  # under DDP, rank 0 speaks for the trial
         write_json(result_path, payload)

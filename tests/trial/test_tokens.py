@@ -158,7 +158,7 @@ def test_recompiles_are_counted_and_the_recompile_limit_fails_the_trial(eager_in
 
     from autotune.trial.build import build
     from autotune.trial.loop import measure
-    from autotune.trial.main import _reason
+    from autotune.trial.main import failure_reason
 
     spec = {
         "workload": f"{WORKLOADS}:texts",
@@ -175,7 +175,7 @@ def test_recompiles_are_counted_and_the_recompile_limit_fails_the_trial(eager_in
     try:
         with pytest.raises(Exception) as failed:
             measure(build(spec), started=time.perf_counter())
-        assert "recompile limit (2 graphs" in _reason(failed.value, spec)
+        assert "recompile limit (2 graphs" in failure_reason(failed.value, spec)
     finally:
         torch._dynamo.config.recompile_limit = limit
         torch._dynamo.config.fail_on_recompile_limit_hit = False
