@@ -266,6 +266,14 @@ def _padding_tip(step: Step) -> str | None:
                 lambda v: v != "off",
             )
         )
+    if step.config.get("packing", "off") == "off":
+        ideas.append(
+            (
+                "packing (samples concatenated into rows; causal-LM workloads)",
+                "packing",
+                lambda v: v != "off",
+            )
+        )
     head = f"{_pct(padding)} of the token positions are padding, computed for nothing"
     return _suggest(head, ideas, step.evidence)
 

@@ -207,7 +207,8 @@ def write_plots(
         for ax in axes.ravel() if many else [axes]:
             dist = unique_dists.get(ax.get_xlabel())
             if isinstance(dist, IntDistribution):
-                values = sorted({t.params[ax.get_xlabel()] for t in unique.trials if t.params})
+                name = ax.get_xlabel()  # a conditional knob is a param of some trials only
+                values = sorted({t.params[name] for t in unique.trials if name in t.params})
                 ax.set_xticks(values, [str(v) for v in values])
                 ax.minorticks_off()
         title = "Per-knob effect: throughput by knob value (colour: trial number; grey: infeasible)"

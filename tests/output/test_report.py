@@ -114,6 +114,33 @@ def test_plots_label_ordinal_knobs_with_real_values(tmp_path):
     assert all(f.stat().st_size > 5000 for f in files.values())
 
 
+def test_plots_draw_a_conditional_ordinal_knob(tmp_path):
+    """pad_to_multiple_of is a param only of unpacked trials (it needs packing off)."""
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    study = optuna.create_study(direction="maximize")
+    rows = [("off", 0, 100.0), ("off", 1, 120.0), ("packed", None, 150.0), ("off", 0, 90.0)]
+    for packing, pad_index, value in rows:
+        params = {"packing": packing}
+        dists = {"packing": CategoricalDistribution(["off", "packed"])}
+        config = {"packing": packing, "pad_to_multiple_of": 1}
+        if pad_index is not None:
+            params["pad_to_multiple_of"] = pad_index
+            dists["pad_to_multiple_of"] = IntDistribution(0, 1)
+            config["pad_to_multiple_of"] = [1, 64][pad_index]
+        study.add_trial(
+            optuna.trial.create_trial(
+                value=value,
+                params=params,
+                distributions=dists,
+                user_attrs={"config": config, "role": "search", "measurement": {}},
+                constraints={"memory": -0.5},
+            )
+        )
+    files, notes = write_plots(study, tmp_path)
+    assert "slice" in files, notes
+
+
 def test_report_of_a_missing_study_is_one_line_and_exit_1(small_study, tmp_path):
     space = small_study[0]
     r = subprocess.run(
