@@ -17,6 +17,7 @@ from .config import Config
 from .measurement import OK, PRUNED, Measurement
 
 BASELINE, SEARCH, DUPLICATE, REPEAT = "baseline", "search", "duplicate", "repeat"
+FREE_BATCH_WARNING = "global batch was free: convergence may differ from the baseline"
 
 
 @dataclass(frozen=True)
@@ -240,9 +241,6 @@ def recommendation(result: TuneResult) -> dict[str, Any]:
         "environment": result.environment,
         "study": {"name": result.study_name, "storage": result.storage},
     }
-
-
-FREE_BATCH_WARNING = "global batch was free: convergence may differ from the baseline"
 
 
 def machine_line(environment: dict[str, Any]) -> str:

@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     import autotune
+    from autotune.host import system_memory_bytes
     from autotune.study.runner import run_trial
     from autotune.study.storage import load_result
 
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         {"batch_size": largest, "amp_dtype": "bf16", "compile_mode": "default"}
     )
     configs = {"baseline": space.baseline, "heuristic": heuristic, "recommended": recommended}
-    budget = space.limits.memory_bytes(autotune_memory())
+    budget = space.limits.memory_bytes(system_memory_bytes())
     tmp = Path(tempfile.mkdtemp(prefix="autotune-text-layout-"))
     rates: dict[str, list[float]] = {k: [] for k in configs}
     longest: dict[str, list[int]] = {k: [] for k in configs}
@@ -113,12 +114,6 @@ def main(argv: list[str] | None = None) -> int:
             f"range {min(paired):.2f}-{max(paired):.2f} ({len(paired)} rounds)"
         )
     return 0
-
-
-def autotune_memory() -> int | None:
-    from autotune.host import system_memory_bytes
-
-    return system_memory_bytes()
 
 
 if __name__ == "__main__":

@@ -18,10 +18,6 @@ from .facts import ERROR, WARNING, fmt_bytes, rate_text, summary_facts
 from .report import Report
 
 
-def _rate(record: TrialRecord) -> str:
-    return rate_text(record.measurement)
-
-
 def _speedup(record: TrialRecord, baseline: TrialRecord | None) -> str:
     if not (baseline and baseline.feasible and baseline.value and record.feasible):
         return "-"
@@ -58,7 +54,7 @@ class ConsoleReporter(Reporter):
         self.console.print(
             f"{self.prefix}{head} #{record.number} {escape(f'[{record.role}]')} "
             f"{record.config.short()} | "
-            f"{_rate(record)} | {status} | {best_text}"
+            f"{rate_text(record.measurement)} | {status} | {best_text}"
         )
 
 

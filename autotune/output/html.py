@@ -40,6 +40,7 @@ def trial_data(t: TrialRecord, result: TuneResult) -> dict[str, Any]:
         "status": t.status,
         "reason": t.reason,
         "objective": t.value,
+        "rate": m.rate,  # what the objective counts: samples/s or real tokens/s
         "samples_per_s": m.samples_per_s,
         "tokens_per_s": m.tokens_per_s,
         "padding_share": m.padding_share,
@@ -188,10 +189,6 @@ def _profile_html(
     return "\n".join(parts)
 
 
-def _rate(d: dict[str, Any], unit: str) -> float | None:
-    return d["tokens_per_s"] if unit == "tokens" else d["samples_per_s"]
-
-
 def _trials_html(result: TuneResult) -> str:
     head = (
         f"<tr><th>#</th><th>role</th><th>config</th><th>status</th><th>{result.unit}/s</th>"
@@ -209,7 +206,7 @@ def _trials_html(result: TuneResult) -> str:
         rows.append(
             f"<tr class='{cls}'><td class='num'>{t.number}{' *' if best else ''}</td>"
             f"<td>{_e(t.role)}</td><td><code>{_e(t.config.short())}</code></td>"
-            f"<td>{_e(status)}</td><td class='num'>{_num(_rate(d, result.unit))}</td>"
+            f"<td>{_e(status)}</td><td class='num'>{_num(d['rate'])}</td>"
             f"<td class='num'>{_num(d['speedup'], '.2f')}{'x' if d['speedup'] else ''}</td>"
             f"<td class='num'>{_e(fmt_bytes(d['peak_mem_bytes']))}</td>"
             f"<td class='num'>{_num(d['compile_s'])}</td>"

@@ -91,6 +91,20 @@ class StreamSampler(Sampler[int]):
                 yield index
 
 
+def collate_for(
+    config: Config, tokens: Tokens | None, collate_fn: Callable | None
+) -> Callable | None:
+    """The collate a loader uses: a workload's own, else autotune's for token samples
+    (packing, or padding to ``pad_to_multiple_of``), else the DataLoader's default."""
+    if config.packing != "off":
+        if tokens is None or collate_fn is not None or None in (tokens.eos_id, tokens.pack_length):
+            raise ArgumentError("packing needs token samples with Tokens(eos_id, pack_length)")
+        return PackCollate(tokens.pad_id, tokens.eos_id, tokens.pack_length, tokens.key)
+    if tokens is not None and collate_fn is None:
+        return TokenCollate(tokens.pad_id, config.pad_to_multiple_of, tokens.key)
+    return collate_fn
+
+
 def make_loader(
     dataset: Dataset,
     config: Config,
@@ -108,12 +122,7 @@ def make_loader(
     ``tokens`` and no ``collate_fn``, autotune pads the batches (``pad_to_multiple_of``);
     ``length_grouping`` needs the samples' ``lengths`` (computed when not given).
     """
-    if config.packing != "off":
-        if tokens is None or collate_fn is not None or None in (tokens.eos_id, tokens.pack_length):
-            raise ArgumentError("packing needs token samples with Tokens(eos_id, pack_length)")
-        collate_fn = PackCollate(tokens.pad_id, tokens.eos_id, tokens.pack_length, tokens.key)
-    elif tokens is not None and collate_fn is None:
-        collate_fn = TokenCollate(tokens.pad_id, config.pad_to_multiple_of, tokens.key)
+    collate_fn = collate_for(config, tokens, collate_fn)
     kwargs: dict[str, Any] = dict(
         batch_size=config.batch_size,
         num_workers=config.num_workers,

@@ -21,13 +21,14 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from .. import __version__
+from ..config import Config
 from ..host import cpu_model, system_memory_bytes
 from ..knobs import MATMUL_PRECISIONS, OPTIMIZER_IMPLS, SDPA_BACKENDS
 from ..measurement import OK
 from ..workload import Workload
-from .apply import rebuild_optimizer, resolve_device, sdpa_backend, to_device
+from .apply import collate_for, rebuild_optimizer, resolve_device, sdpa_backend, to_device
 from .build import load
-from .tokens import TokenCollate, dataset_lengths
+from .tokens import dataset_lengths
 
 _ATTENTION_CALLS = {"scaled_dot_product_attention", "multi_head_attention_forward"}
 
@@ -67,9 +68,7 @@ def forward_calls(model: torch.nn.Module, workload: Workload, dataset: Any, devi
     Empty when that forward fails; the module scan of :func:`model_features` still
     applies then.
     """
-    collate = workload.collate_fn
-    if workload.owns_collate:
-        collate = TokenCollate(workload.tokens.pad_id, key=workload.tokens.key)
+    collate = collate_for(Config(), workload.tokens, workload.collate_fn)
     loader = torch.utils.data.DataLoader(dataset, batch_size=2, collate_fn=collate)
     try:
         batch = to_device(next(iter(loader)), device)
