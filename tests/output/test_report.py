@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import optuna
 import pytest
-from conftest import ROOT
+from conftest import run_cli
 
 from autotune import make_report
 from autotune.output.plots import real_params, write_plots
@@ -143,20 +140,12 @@ def test_plots_draw_a_conditional_ordinal_knob(tmp_path):
 
 def test_report_of_a_missing_study_is_one_line_and_exit_1(small_study, tmp_path):
     space = small_study[0]
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "autotune",
-            "report",
-            str(space.source),
-            "--storage",
-            f"sqlite:///{tmp_path}/nothing.db",
-        ],
+    r = run_cli(
+        "report",
+        str(space.source),
+        "--storage",
+        f"sqlite:///{tmp_path}/nothing.db",
         cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
         timeout=120,
     )
     assert r.returncode == 1 and "does not exist" in r.stderr
@@ -166,22 +155,15 @@ def test_report_of_a_missing_study_is_one_line_and_exit_1(small_study, tmp_path)
 
 def test_cli_report_prints_the_summary_and_where_the_files_are(small_study, report):
     space, storage, runs, result = small_study
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "autotune",
-            "report",
-            str(space.source),
-            "--storage",
-            storage,
-            "--out",
-            str(runs),
-            "--no-profile",
-        ],
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
+    r = run_cli(
+        "report",
+        str(space.source),
+        "--storage",
+        storage,
+        "--out",
+        str(runs),
+        "--no-profile",
+        cwd=runs,
         timeout=300,
     )
     assert r.returncode == 0, r.stderr
