@@ -17,8 +17,8 @@ TOKENS = "tokens"  # Measurement.unit of token workloads (the default unit is "s
 def compile_estimate_s(warmup_s: float, warmup_steps: int, step_s: float) -> float:
     """What warm-up cost beyond steady-state steps: compilation, autotuning, caches.
 
-    The one estimate of ``compile_s``: the trial process computes it at the end of its
-    window, the pruner from the window's first steps.
+    The estimate of ``compile_s`` where torch has no compile counters (TorchScript), and
+    the pruner's when a trial's progress does not report the counters.
     """
     return max(0.0, warmup_s - warmup_steps * step_s)
 
@@ -28,11 +28,17 @@ class Measurement:
     """What one trial measured. Times in seconds, memory in bytes.
 
     ``samples_per_s`` is steady-state throughput over the measured window, data loading
-    included; ``warmup_s`` (compile included) is not in it and reported apart, and neither
-    is the time torch.compile spent recompiling inside the window (it is in
-    ``compile_s``). For token workloads (``unit == "tokens"``), ``tokens_per_s`` counts
-    real (non-padding) tokens and is what the trial is scored on; ``padding_share`` is the
-    share of token positions in the window's batches that were padding.
+    included; ``warmup_s`` (the wall time of the warm-up steps, compile included) is not in
+    it and reported apart, and neither is the time torch.compile spent recompiling inside
+    the window. ``compile_s`` is time spent compiling: for ``torch.compile`` torch's own
+    counters (dynamo's frame and backward compile time, recompiles included), for
+    TorchScript the warm-up's excess over steady-state steps, ``None`` for eager configs.
+    ``compile_cache`` says whether a torch.compile trial started on an empty (``cold``) or
+    a filled (``warm``) inductor cache: each config has its own cache in the study's run
+    folder, so the first run of a config is cold whatever ran before it. For token
+    workloads (``unit == "tokens"``), ``tokens_per_s`` counts real (non-padding) tokens
+    and is what the trial is scored on; ``padding_share`` is the share of token positions
+    in the window's batches that were padding.
     """
 
     status: str
@@ -55,6 +61,7 @@ class Measurement:
     step_time_iqr_s: float | None = None
     warmup_s: float | None = None
     compile_s: float | None = None
+    compile_cache: str | None = None  # "cold" or "warm" (torch.compile trials)
     startup_s: float | None = None
     peak_mem_bytes: int | None = None
     mem_kind: str = ""

@@ -16,16 +16,29 @@ import yaml
 from .config import Config
 from .measurement import OK, PRUNED, Measurement
 
+# Roles of a trial: the baseline (trial 0), a config the search measured, a proposal of a
+# config measured before (not run again), a run of a measured config in a confirmation
+# round, and a config first measured in a confirmation round (an ablation of the winner,
+# or the winner reduced to the knobs that matter).
 BASELINE, SEARCH, DUPLICATE, REPEAT = "baseline", "search", "duplicate", "repeat"
+CONFIRM = "confirm"
 FREE_BATCH_WARNING = "global batch was free: convergence may differ from the baseline"
+# A knob whose measured contribution is not above 1 by more than its noise (half the range
+# of its per-round ratios), and at least this much, is dropped from the recommendation.
+MIN_GAIN = 0.02
 
 
 @dataclass(frozen=True)
 class TrialRecord:
     """One measured config: what it measured, the verdict and the objective value.
 
-    After a confirmation round, ``value`` is the median over ``runs`` measurements and
-    ``spread`` their relative range; a config is feasible only if every run was.
+    After confirmation, a config measured in paired rounds (``round`` is set on each of
+    its runs) has ``value`` and the rates of ``measurement`` as medians over those rounds
+    (``runs`` of them; its search run, measured at another time, is not in them),
+    ``spread`` their relative range and ``ratios`` its per-round ratios to the baseline
+    run of the same round. ``compile_s`` stays the cold figure of the config's first
+    compile; ``compile_warm_s`` is the median over its warm-cache runs. A config is
+    feasible only if every run was.
     """
 
     number: int
@@ -40,10 +53,97 @@ class TrialRecord:
     repeat_of: int | None = None
     runs: int = 1
     spread: float | None = None
+    round: int | None = None  # the paired confirmation round of this run
+    ratios: tuple[float, ...] = ()  # per round: this config's value / the baseline's
+    compile_warm_s: float | None = None
 
     @property
     def feasible(self) -> bool:
         return self.status == OK
+
+    @property
+    def ratio(self) -> float | None:
+        """The median of the per-round paired ratios to the baseline, if measured."""
+        return statistics.median(self.ratios) if self.ratios else None
+
+    @property
+    def ratio_range(self) -> tuple[float, float] | None:
+        return (min(self.ratios), max(self.ratios)) if self.ratios else None
+
+
+def _half_range(ratios: tuple[float, ...]) -> float:
+    return (max(ratios) - min(ratios)) / 2 if ratios else 0.0
+
+
+@dataclass(frozen=True)
+class Contribution:
+    """What one knob of the winner is worth: the winner against the winner with that knob
+    back at the baseline's value, run in the same paired rounds.
+
+    ``ratios`` holds, per round, the winner's value over the ablated config's (above 1:
+    the knob helps). ``failed`` is the reason the ablated config was infeasible (the knob
+    is then needed). ``noise`` is half the range of the ratios, at least :data:`MIN_GAIN`;
+    the knob is ``kept`` when its median ratio is above 1 by more than that.
+    """
+
+    knob: str
+    winner_value: Any
+    baseline_value: Any
+    ratios: tuple[float, ...]
+    trial: int | None = None  # the ablated config's trial
+    failed: str = ""
+
+    @property
+    def median(self) -> float | None:
+        return statistics.median(self.ratios) if self.ratios else None
+
+    @property
+    def noise(self) -> float:
+        return max(MIN_GAIN, _half_range(self.ratios))
+
+    @property
+    def kept(self) -> bool:
+        if self.failed or self.median is None:  # needed, or not measured: not proven neutral
+            return True
+        return self.median > 1 + self.noise
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "knob": self.knob,
+            "winner_value": self.winner_value,
+            "baseline_value": self.baseline_value,
+            "trial": self.trial,
+            "median_ratio": None if self.median is None else round(self.median, 4),
+            "ratio_range": [round(min(self.ratios), 4), round(max(self.ratios), 4)]
+            if self.ratios
+            else None,
+            "rounds": len(self.ratios),
+            "noise": round(self.noise, 4),
+            "kept": self.kept,
+            "failed": self.failed or None,
+        }
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """The winner with its neutral knobs (``knobs``) back at the baseline's values,
+    measured in paired rounds with the winner: ``ratios`` per round, reduced over winner.
+    ``accepted`` when it is within noise of the winner (not slower by more than half the
+    ratios' range, at least :data:`MIN_GAIN`): it is then the recommendation."""
+
+    knobs: tuple[str, ...]
+    record: TrialRecord | None
+    ratios: tuple[float, ...]
+
+    @property
+    def median(self) -> float | None:
+        return statistics.median(self.ratios) if self.ratios else None
+
+    @property
+    def accepted(self) -> bool:
+        if self.record is None or not self.record.feasible or self.median is None:
+            return False
+        return self.median >= 1 - max(MIN_GAIN, _half_range(self.ratios))
 
 
 @dataclass(frozen=True)
@@ -61,21 +161,61 @@ class TuneResult:
     memory_budget_bytes: int | None = None
     global_batch: int | None = None
     runner_up: TrialRecord | None = None
+    winner: TrialRecord | None = None  # the fastest config, before dropping neutral knobs
+    contributions: list[Contribution] = field(default_factory=list)
+    reduction: Reduction | None = None
 
     @classmethod
     def from_trials(
-        cls, study_name: str, storage: str, trials: list[TrialRecord], **kwargs: Any
+        cls,
+        study_name: str,
+        storage: str,
+        trials: list[TrialRecord],
+        confirmation: dict[str, Any] | None = None,
+        **kwargs: Any,
     ) -> TuneResult:
-        """Summarise raw trial records: baseline, winner and runner-up by (median) value."""
-        trials = summarize(trials)
-        top = ranked(trials)
+        """Summarise raw trial records: baseline, winner, runner-up, each knob's
+        contribution and the recommendation.
+
+        ``confirmation`` is the study's record of its confirmation (the ``confirmation``
+        user attr, see :mod:`autotune.study.confirm`): the finalists, and per winner the
+        config keys of its ablations and of its reduced config. With it, the winner is
+        the finalist (or the baseline) with the highest median paired ratio, and the
+        recommendation is the reduced config when that is within noise of the winner.
+        Without it, configs rank by their (median) value.
+        """
+        raw = trials
+        trials = summarize(raw)
+        baseline = next((t for t in trials if t.role == BASELINE), None)
+        conf = confirmation or {}
+        by_number = {t.number: t for t in trials}
+        finalists = [by_number[n] for n in conf.get("finalists", []) if n in by_number]
+        if finalists:
+            pool = {t.number: t for t in [*finalists, baseline] if t is not None and t.feasible}
+            top = sorted(
+                pool.values(),
+                key=lambda t: t.ratio if t.ratio is not None else t.value,
+                reverse=True,
+            )
+        else:
+            top = ranked(trials)
+        winner = top[0] if top else None
+        contributions: list[Contribution] = []
+        reduction = None
+        if winner is not None and baseline is not None:
+            contributions = _contributions(raw, trials, winner, baseline, conf)
+            reduction = _reduction(raw, trials, winner, conf)
+        best = reduction.record if reduction is not None and reduction.accepted else winner
         return cls(
             study_name=study_name,
             storage=storage,
             trials=trials,
-            baseline=next((t for t in trials if t.role == BASELINE), None),
-            best=top[0] if top else None,
+            baseline=baseline,
+            best=best,
             runner_up=top[1] if len(top) > 1 else None,
+            winner=winner,
+            contributions=contributions,
+            reduction=reduction,
             **kwargs,
         )
 
@@ -87,10 +227,20 @@ class TuneResult:
 
     @property
     def speedup(self) -> float | None:
-        """Best objective over the baseline's; ``None`` when either is missing."""
-        if not (self.best and self.baseline and self.baseline.feasible and self.baseline.value):
+        """The recommended config against the baseline: the median of their per-round
+        paired ratios when both ran in confirmation rounds, else the ratio of their
+        values; ``None`` when either is missing."""
+        return self.vs_baseline(self.best)
+
+    def vs_baseline(self, record: TrialRecord | None) -> float | None:
+        """A config's speedup over the baseline (see :attr:`speedup`), ``None`` when it
+        or the baseline did not run cleanly."""
+        base = self.baseline
+        if not (record and record.feasible and base and base.feasible and base.value):
             return None
-        return self.best.value / self.baseline.value
+        if record.ratio is not None:
+            return record.ratio
+        return record.value / base.value
 
     @property
     def headroom_bytes(self) -> int | None:
@@ -101,25 +251,39 @@ class TuneResult:
         return self.memory_budget_bytes - peak
 
     @property
+    def _paired(self) -> bool:
+        return bool(self.winner and self.runner_up and self.winner.ratios and self.runner_up.ratios)
+
+    @property
     def lead(self) -> float | None:
-        """How much faster the winner is than the runner-up (0.05 = 5%)."""
-        if not (self.best and self.runner_up and self.runner_up.value):
+        """How much faster the winner is than the runner-up (0.05 = 5%): by their median
+        paired ratios when both were confirmed, else by their values."""
+        win, up = self.winner, self.runner_up
+        if self._paired:
+            return win.ratio / up.ratio - 1
+        if not (win and up and up.value):
             return None
-        return self.best.value / self.runner_up.value - 1
+        return win.value / up.value - 1
 
     @property
     def noise(self) -> float | None:
-        """The relative measurement noise of the top two: their repeat spread, else step CV."""
-        tops = [t for t in (self.best, self.runner_up) if t is not None]
+        """The relative measurement noise of the top two: half the range of their paired
+        ratios when confirmed, else their repeat spread or step CV."""
+        tops = [t for t in (self.winner, self.runner_up) if t is not None]
         if not tops:
             return None
+        if self._paired:
+            return max(_half_range(t.ratios) / t.ratio for t in tops)
         return max(
             t.spread if t.spread is not None else (t.measurement.step_time_cv or 0.0) for t in tops
         )
 
     @property
     def within_noise(self) -> bool | None:
-        """True when the winner's lead over the runner-up is not beyond measurement noise."""
+        """True when the winner's lead over the runner-up is not beyond measurement noise:
+        when confirmed, their ranges of paired ratios overlap."""
+        if self._paired:
+            return max(self.runner_up.ratios) >= min(self.winner.ratios)
         if self.lead is None or self.noise is None:
             return None
         return self.lead <= self.noise
@@ -149,38 +313,164 @@ class TuneResult:
 
 
 def summarize(trials: list[TrialRecord]) -> list[TrialRecord]:
-    """One record per measured config: repeats folded into their original (median value,
-    spread, feasible only if every run was); duplicates dropped."""
+    """One record per measured config; duplicates dropped, repeats folded into their
+    original (feasible only if every run was).
+
+    A config with runs in paired confirmation rounds takes the medians over those rounds
+    (value, rates: :func:`aggregate`) and its per-round ratios to the baseline's run of
+    the same round. A config repeated without rounds (studies of older versions) takes
+    the median over every run.
+    """
     repeats: dict[int, list[TrialRecord]] = {}
     for t in trials:
         if t.role == REPEAT and t.repeat_of is not None:
             repeats.setdefault(t.repeat_of, []).append(t)
+    base = next((t for t in trials if t.role == BASELINE), None)
+    base_rounds = _round_values(trials, base.config.key()) if base is not None else {}
     out = []
     for t in trials:
         if t.role in (DUPLICATE, REPEAT):
             continue
-        extra = repeats.get(t.number, [])
-        if not extra:
+        runs = [t, *repeats.get(t.number, [])]
+        if len(runs) == 1 and t.round is None:
             out.append(t)
             continue
-        runs = [t, *extra]
-        values = [r.value for r in runs]
+        paired = [r for r in runs if r.round is not None]
+        counted = paired or runs
+        values = [r.value for r in counted]
         median = statistics.median(values)
         bad = next((r for r in runs if not r.feasible), None)
         status, reason = (t.status, t.reason)
         if bad is not None and t.feasible:
             status, reason = bad.status, f"repeat run #{bad.number}: {bad.reason}"
+        ratios = tuple(
+            r.value / base_rounds[r.round]
+            for r in sorted(paired, key=lambda r: r.round)
+            if r.feasible and base_rounds.get(r.round)
+        )
+        warm = [
+            r.measurement.compile_s
+            for r in runs
+            if r.measurement.compile_cache == "warm" and r.measurement.compile_s is not None
+        ]
         out.append(
             replace(
                 t,
                 value=median,
+                measurement=aggregate([r.measurement for r in counted], runs[0].measurement),
                 status=status,
                 reason=reason,
-                runs=len(runs),
+                runs=len(counted),
                 spread=(max(values) - min(values)) / median if median else None,
+                ratios=ratios,
+                compile_warm_s=statistics.median(warm) if warm else None,
             )
         )
     return out
+
+
+def _round_values(trials: list[TrialRecord], key: str) -> dict[int, float]:
+    """The value of each feasible run of config ``key`` in a confirmation round, by round."""
+    return {
+        t.round: t.value
+        for t in trials
+        if t.round is not None and t.feasible and t.role != DUPLICATE and t.config.key() == key
+    }
+
+
+def _round_runs(trials: list[TrialRecord], key: str) -> dict[int, TrialRecord]:
+    return {
+        t.round: t
+        for t in trials
+        if t.round is not None and t.role != DUPLICATE and t.config.key() == key
+    }
+
+
+_MEDIANS = (
+    "samples_per_s",
+    "tokens_per_s",
+    "tokens_per_step",
+    "padding_share",
+    "step_time_median_s",
+    "step_time_cv",
+    "step_time_iqr_s",
+    "window_s",
+)
+_PEAKS = ("peak_mem_bytes", "peak_allocated_bytes", "peak_longest_bytes")
+
+
+def aggregate(runs: list[Measurement], first: Measurement) -> Measurement:
+    """The measurement of a config over several runs: the median of each rate and step
+    time (of the runs that have one), the largest memory peak, and the compile time of
+    ``first`` (its first run: the cold-cache figure); the rest as ``first`` has it."""
+    changes: dict[str, Any] = {}
+    for name in _MEDIANS:
+        values = [getattr(m, name) for m in runs if getattr(m, name) is not None]
+        if values:
+            changes[name] = statistics.median(values)
+    for name in _PEAKS:
+        values = [getattr(m, name) for m in runs if getattr(m, name) is not None]
+        if values:
+            changes[name] = max(values)
+    base = next((m for m in runs if m.ok), runs[0]) if runs else first
+    cold = {"compile_s": first.compile_s, "compile_cache": first.compile_cache}
+    return base.replace(**changes, **cold)
+
+
+def _contributions(
+    raw: list[TrialRecord],
+    summary: list[TrialRecord],
+    winner: TrialRecord,
+    baseline: TrialRecord,
+    conf: dict[str, Any],
+) -> list[Contribution]:
+    """Each ablated knob of ``winner`` (``conf["ablations"]``), from the rounds where both
+    the winner and its ablation ran."""
+    ablations = conf.get("ablations", {}).get(str(winner.number), {})
+    if not ablations:
+        return []
+    ours = _round_runs(raw, winner.config.key())
+    by_key = {t.config.key(): t for t in summary}
+    out = []
+    for knob, key in ablations.items():
+        theirs = _round_runs(raw, key)
+        ratios, failed = [], ""
+        for r in sorted(set(ours) & set(theirs)):
+            a, w = theirs[r], ours[r]
+            if not a.feasible:
+                failed = failed or f"{a.status}: {a.reason}"
+            elif w.feasible and a.value:
+                ratios.append(w.value / a.value)
+        record = by_key.get(key)
+        out.append(
+            Contribution(
+                knob,
+                getattr(winner.config, knob),
+                getattr(baseline.config, knob),
+                tuple(ratios),
+                record.number if record else None,
+                failed,
+            )
+        )
+    return out
+
+
+def _reduction(
+    raw: list[TrialRecord], summary: list[TrialRecord], winner: TrialRecord, conf: dict[str, Any]
+) -> Reduction | None:
+    """The winner's reduced config (``conf["reduced"]``) against the winner, by round."""
+    reduced = conf.get("reduced", {}).get(str(winner.number))
+    if not reduced:
+        return None
+    ours = _round_runs(raw, winner.config.key())
+    theirs = _round_runs(raw, reduced["key"])
+    ratios = tuple(
+        theirs[r].value / ours[r].value
+        for r in sorted(set(ours) & set(theirs))
+        if theirs[r].feasible and ours[r].feasible and ours[r].value
+    )
+    record = next((t for t in summary if t.config.key() == reduced["key"]), None)
+    return Reduction(tuple(reduced["knobs"]), record, ratios)
 
 
 def ranked(trials: list[TrialRecord]) -> list[TrialRecord]:
@@ -205,12 +495,16 @@ def recommendation(result: TuneResult) -> dict[str, Any]:
     m = best.measurement
     measured: dict[str, Any] = {
         "trial": best.number,
+        "aggregation": aggregation_text(best),
         "objective": round(best.value, 3),
         "unit": m.unit,
         "samples_per_s": round(m.samples_per_s or 0.0, 3),
         "step_time_median_s": m.step_time_median_s,
         "step_time_cv": m.step_time_cv,
         "compile_s": m.compile_s,
+        "compile_cache": m.compile_cache,
+        "compile_warm_s": best.compile_warm_s,
+        "warmup_s": m.warmup_s,
         "peak_mem_bytes": m.peak_mem_bytes,
         "mem_kind": m.mem_kind,
     }
@@ -233,14 +527,44 @@ def recommendation(result: TuneResult) -> dict[str, Any]:
         measured["baseline_objective"] = round(base.value, 3)
         if result.speedup is not None:
             measured["speedup"] = round(result.speedup, 3)
+        if best.ratio_range is not None:
+            measured["speedup_range"] = [round(x, 3) for x in best.ratio_range]
     if result.global_batch is None:
         measured["warning"] = FREE_BATCH_WARNING
-    return {
+    out: dict[str, Any] = {
         "config": best.config.to_dict(),
         "measured": measured,
-        "environment": result.environment,
-        "study": {"name": result.study_name, "storage": result.storage},
     }
+    winner = result.winner
+    if winner is not None and winner.number != best.number:
+        dropped = result.reduction.knobs if result.reduction else ()
+        out["full_winner"] = {
+            "trial": winner.number,
+            "config": winner.config.to_dict(),
+            "speedup": _rounded(result.vs_baseline(winner)),
+            "dropped_knobs": list(dropped),
+        }
+    if result.contributions:
+        out["contributions"] = [c.to_dict() for c in result.contributions]
+    out["environment"] = result.environment
+    out["study"] = {"name": result.study_name, "storage": result.storage}
+    return out
+
+
+def _rounded(x: float | None, digits: int = 3) -> float | None:
+    return None if x is None else round(x, digits)
+
+
+def aggregation_text(record: TrialRecord) -> str:
+    """How a record's figures were aggregated, in words (shown next to them)."""
+    if record.ratios:
+        return (
+            f"median of {record.runs} paired confirmation rounds (speedup: median of the "
+            "per-round ratios to the baseline)"
+        )
+    if record.runs > 1:
+        return f"median of {record.runs} runs"
+    return "one run"
 
 
 def machine_line(environment: dict[str, Any]) -> str:

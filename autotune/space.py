@@ -111,7 +111,11 @@ class SearchSettings:
             feasible trial so far by ``prune_margin`` (after ``prune_after`` of its
             measured steps; warm-up and compile are never judged).
         confirm_top: after the budget, measure the baseline and the best ``confirm_top``
-            configs ``confirm_repeats`` more times, interleaved, and rank by the median.
+            configs in ``confirm_rounds`` paired rounds (each once per round, in an order
+            that rotates) and rank by the median of their per-round ratios to the baseline.
+        ablate: in the same rounds, measure the winner with each knob that differs from
+            the baseline set back to the baseline's value: each knob's contribution. Knobs
+            whose contribution is within noise are dropped from the recommendation.
     """
 
     sampler: str = "tpe"
@@ -121,7 +125,8 @@ class SearchSettings:
     prune_margin: float = 0.2
     prune_after: float = 0.3
     confirm_top: int = 2
-    confirm_repeats: int = 1
+    confirm_rounds: int = 3
+    ablate: bool = True
 
 
 @dataclass(frozen=True)

@@ -381,8 +381,16 @@ def parse_space(data: Any, *, source: str = "<space>", base_dir: Path = Path("."
         storage=_string,
         heartbeat_s=_positive_number(),
     )
+    raw_search = data.get("search")
+    renamed = []
+    if isinstance(raw_search, Mapping) and "confirm_repeats" in raw_search:
+        # The first release's name: repeats after the first run, now paired rounds.
+        raw_search = {k: v for k, v in raw_search.items() if k != "confirm_repeats"}
+        if "confirm_rounds" not in raw_search:
+            raw_search["confirm_rounds"] = data["search"]["confirm_repeats"]
+        renamed.append("search.confirm_repeats is now search.confirm_rounds (paired rounds)")
     search = _section(
-        data.get("search"),
+        raw_search,
         SearchSettings,
         "search",
         problems,
@@ -393,7 +401,8 @@ def parse_space(data: Any, *, source: str = "<space>", base_dir: Path = Path("."
         prune_margin=_positive_number(),
         prune_after=_fraction,
         confirm_top=_int_at_least(0),
-        confirm_repeats=_int_at_least(0),
+        confirm_rounds=_int_at_least(0),
+        ablate=_boolean,
     )
     output_dir = data.get("output_dir", "autotune-runs")
     if not isinstance(output_dir, str) or not output_dir:
@@ -415,7 +424,7 @@ def parse_space(data: Any, *, source: str = "<space>", base_dir: Path = Path("."
         baseline = Config(**values)
     except AutotuneError as e:  # an invalid combination of fixed/baseline knobs
         raise SpaceError(f"{source}: baseline: {str(e).removeprefix('config: ')}") from None
-    notes: list[str] = []
+    notes: list[str] = renamed
     global_batch = _fix_global_batch(data, knobs, baseline, problems, notes)
     if problems:
         raise SpaceError([f"{source}: {p}" for p in problems])

@@ -14,14 +14,20 @@ from ..measurement import TOKENS
 from ..results import REPEAT, TrialRecord, TuneResult
 from ..study.reporter import Reporter
 from .advice import Evidence, advice
-from .facts import ERROR, WARNING, fmt_bytes, rate_text, summary_facts
+from .facts import ERROR, WARNING, compile_cell, fmt_bytes, rate_text, summary_facts
 from .report import Report
 
 
 def _speedup(record: TrialRecord, baseline: TrialRecord | None) -> str:
+    """Progress lines: the record's value over the baseline's (as summarised so far)."""
     if not (baseline and baseline.feasible and baseline.value and record.feasible):
         return "-"
     return f"{record.value / baseline.value:.2f}x"
+
+
+def _vs_baseline(record: TrialRecord, result: TuneResult) -> str:
+    speedup = result.vs_baseline(record)
+    return "-" if speedup is None else f"{speedup:.2f}x"
 
 
 def make_console() -> Console:
@@ -46,11 +52,11 @@ class ConsoleReporter(Reporter):
             status = f"[red]{record.status}[/red]: {escape(record.reason)}"
         best_text = f"best #{best.number} {_speedup(best, baseline)}" if best else "best -"
         of = f"/{total}" if total else ""
-        head = (
-            f"confirm (repeat of #{record.repeat_of})"
-            if record.role == REPEAT
-            else f"trial {done}{of}"
-        )
+        if record.round is not None:
+            again = f", again #{record.repeat_of}" if record.role == REPEAT else ""
+            head = f"confirm round {record.round}{again}"
+        else:
+            head = f"trial {done}{of}"
         self.console.print(
             f"{self.prefix}{head} #{record.number} {escape(f'[{record.role}]')} "
             f"{record.config.short()} | "
@@ -66,6 +72,7 @@ def summary_table(result: TuneResult) -> Table:
     columns = ["#", "role", "config", "status", rate, "vs baseline", "peak mem"]
     columns += ["padding"] if tokens else []
     columns += ["compile s", "step cv"]
+    paired = any(t.ratios for t in result.trials)
     for col in columns:
         table.add_column(col, justify="right" if col in ("#", rate) else "left")
     for t in result.trials:
@@ -79,15 +86,13 @@ def summary_table(result: TuneResult) -> Table:
             (f"{t.value:,.1f}" + (f" (x{t.runs}, ±{t.spread / 2:.1%})" if t.runs > 1 else ""))
             if m.rate
             else "-",
-            _speedup(t, result.baseline),
+            _vs_baseline(t, result)
+            + (f" ({min(t.ratios):.2f}-{max(t.ratios):.2f})" if paired and t.ratios else ""),
             fmt_bytes(m.peak_mem_bytes),
         ]
         if tokens:
             row.append(f"{m.padding_share:.0%}" if m.padding_share is not None else "-")
-        compile_s = "-" if m.compile_s is None else f"{m.compile_s:.1f}"
-        if m.recompiles:
-            compile_s += f" ({m.recompiles} recompiles)"
-        row += [compile_s, f"{m.step_time_cv:.1%}" if m.step_time_cv is not None else "-"]
+        row += [compile_cell(t), f"{m.step_time_cv:.1%}" if m.step_time_cv is not None else "-"]
         table.add_row(*row)
     return table
 

@@ -6,8 +6,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..knobs import show
 from ..measurement import TOKENS, Measurement
-from ..results import FREE_BATCH_WARNING, TuneResult
+from ..results import (
+    FREE_BATCH_WARNING,
+    Contribution,
+    TrialRecord,
+    TuneResult,
+)
 
 INFO, WARNING, ERROR = "info", "warning", "error"
 
@@ -63,6 +69,86 @@ def rate_text(m: Measurement) -> str:
     return text
 
 
+def compile_text(m: Measurement, warm_s: float | None = None) -> str:
+    """A config's compile time, saying what was measured: torch.compile's own counters on
+    a cold (or warm) cache, or TorchScript's warm-up excess; ``warm_s`` for repeats."""
+    if m.compile_cache is None:
+        return f"{m.compile_s:.1f} s (warm-up beyond steady-state steps), not in the throughput"
+    text = f"{m.compile_s:.1f} s on a {m.compile_cache} cache (torch.compile's counters)"
+    if warm_s is not None:
+        text += f", {warm_s:.1f} s warm"
+    return text + ", not in the throughput"
+
+
+def compile_cell(record: TrialRecord) -> str:
+    """``21.0 cold / 2.7 warm``: a config's compile seconds, and its recompiles."""
+    m = record.measurement
+    if m.compile_s is None:
+        return "-"
+    text = f"{m.compile_s:.1f}"
+    if m.compile_cache:
+        text += f" {m.compile_cache}"
+    if record.compile_warm_s is not None:
+        text += f" / {record.compile_warm_s:.1f} warm"
+    if m.recompiles:
+        text += f" ({m.recompiles} recompiles)"
+    return text
+
+
+def contribution_text(c: Contribution) -> str:
+    """``compile_mode=default (baseline off): 1.35x, range 1.30-1.41x, kept``."""
+    head = f"{c.knob}={show(c.winner_value)} (baseline {show(c.baseline_value)})"
+    if c.failed:
+        return f"{head}: needed, without it {c.failed}"
+    if c.median is None:
+        return f"{head}: not measured"
+    low, high = min(c.ratios), max(c.ratios)
+    verdict = "kept" if c.kept else f"within noise (±{c.noise:.0%}): dropped"
+    return f"{head}: {c.median:.2f}x, range {low:.2f}-{high:.2f}x, {verdict}"
+
+
+def _proof_facts(result: TuneResult) -> list[Fact]:
+    """What each knob of the winner contributes, and what was dropped."""
+    facts = []
+    if result.contributions:
+        text = "; ".join(contribution_text(c) for c in result.contributions)
+        facts.append(
+            Fact(
+                "contributions",
+                "each knob's contribution (winner over winner without it, median of paired rounds)",
+                text,
+            )
+        )
+    winner, reduction = result.winner, result.reduction
+    if reduction is not None and winner is not None:
+        dropped = ", ".join(reduction.knobs)
+        if result.best is not None and result.best.number != winner.number:
+            speed = result.vs_baseline(winner)
+            facts.append(
+                Fact(
+                    "reduced",
+                    "simplest config within noise",
+                    f"{dropped} back at the baseline's value: the full winner "
+                    f"(#{winner.number}, {winner.config.short()}"
+                    + (f", {speed:.2f}x" if speed is not None else "")
+                    + f") is not measurably faster (reduced/full median "
+                    f"{reduction.median:.3f})",
+                )
+            )
+        else:
+            median = "not measured" if reduction.median is None else f"{reduction.median:.3f}"
+            facts.append(
+                Fact(
+                    "reduced",
+                    "simplest config within noise",
+                    f"dropping {dropped} (each within noise) made it slower together "
+                    f"(reduced/full median {median}): the full winner is kept",
+                    WARNING,
+                )
+            )
+    return facts
+
+
 def summary_facts(result: TuneResult) -> list[Fact]:
     """Everything the summary says about a study, in reading order."""
     facts: list[Fact] = []
@@ -95,11 +181,15 @@ def summary_facts(result: TuneResult) -> list[Fact]:
         return facts
     facts.append(Fact("recommended", f"recommended (trial #{best.number})", best.config.short()))
     if base is not None and result.speedup is not None:
+        text = speedup_text(result.speedup, base.value, best.value, result.unit)
+        if best.ratio_range is not None:
+            low, high = best.ratio_range
+            text += f", median of {best.runs} paired rounds (range {low:.2f}-{high:.2f}x)"
         facts.append(
             Fact(
                 "speedup",
                 f"speedup over baseline (trial #{base.number}, {base.config.short()})",
-                speedup_text(result.speedup, base.value, best.value, result.unit),
+                text,
             )
         )
     elif base is not None:
@@ -111,6 +201,7 @@ def summary_facts(result: TuneResult) -> list[Fact]:
                 WARNING,
             )
         )
+    facts += _proof_facts(result)
     m = best.measurement
     memory = fmt_bytes(m.peak_mem_bytes)
     if result.memory_budget_bytes is not None and result.headroom_bytes is not None:
@@ -141,14 +232,21 @@ def summary_facts(result: TuneResult) -> list[Fact]:
             )
         )
     if result.within_noise and result.runner_up is not None:
-        up = result.runner_up
+        up, win = result.runner_up, result.winner
+        if win is not None and win.ratio_range and up.ratio_range:
+            why = (
+                f"their ranges of paired ratios to the baseline overlap "
+                f"({win.ratio_range[0]:.2f}-{win.ratio_range[1]:.2f}x against "
+                f"{up.ratio_range[0]:.2f}-{up.ratio_range[1]:.2f}x)"
+            )
+        else:
+            why = f"within measurement noise ({result.noise:.1%})"
         facts.append(
             Fact(
                 "within_noise",
                 "warning",
                 f"the winner leads the runner-up (#{up.number}, {up.config.short()}) by "
-                f"{result.lead:.1%}, within measurement noise ({result.noise:.1%}): "
-                "either is as good",
+                f"{result.lead:.1%}, {why}: a tie, either is as good",
                 WARNING,
             )
         )
@@ -160,10 +258,8 @@ def summary_facts(result: TuneResult) -> list[Fact]:
                 f"final losses within {best.loss_deviation:.2%} of the fp32 reference run",
             )
         )
-    if m.compile_s:
-        facts.append(
-            Fact("compile", "compile / warm-up", f"{m.compile_s:.1f} s, not in the throughput")
-        )
+    if m.compile_s is not None:
+        facts.append(Fact("compile", "compile", compile_text(m, best.compile_warm_s)))
     if result.best_config_path:
         facts.append(Fact("best_config", "best config written to", str(result.best_config_path)))
     return facts

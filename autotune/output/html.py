@@ -13,7 +13,7 @@ from typing import Any
 from ..knobs import KNOBS
 from ..results import DUPLICATE, TrialRecord, TuneResult
 from .advice import Evidence, advice
-from .facts import ERROR, fmt_bytes, summary_facts
+from .facts import ERROR, compile_cell, contribution_text, fmt_bytes, summary_facts
 
 PHASE_COLOURS = {
     "data": "#e4572e",
@@ -29,10 +29,6 @@ PHASE_COLOURS = {
 def trial_data(t: TrialRecord, result: TuneResult) -> dict[str, Any]:
     """One trial's row of the report (``report.json`` and the HTML table)."""
     m = t.measurement
-    base = result.baseline
-    speedup = None
-    if base and base.feasible and base.value and t.feasible:
-        speedup = t.value / base.value
     return {
         "number": t.number,
         "role": t.role,
@@ -46,9 +42,14 @@ def trial_data(t: TrialRecord, result: TuneResult) -> dict[str, Any]:
         "padding_share": m.padding_share,
         "peak_longest_bytes": m.peak_longest_bytes,
         "recompiles": m.recompiles,
-        "speedup": speedup,
+        "speedup": result.vs_baseline(t),
+        "ratios": list(t.ratios),  # per paired confirmation round, vs the baseline
+        "runs": t.runs,
         "peak_mem_bytes": m.peak_mem_bytes,
         "compile_s": m.compile_s,
+        "compile_cache": m.compile_cache,
+        "compile_warm_s": t.compile_warm_s,
+        "warmup_s": m.warmup_s,
         "step_time_cv": m.step_time_cv,
         "loss_deviation": t.loss_deviation,
     }
@@ -63,6 +64,9 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 tr.best { background: #eef7ee; } tr.bad td { color: #999; }
 .changed { font-weight: 600; color: #0a6d2c; }
 .big { font-size: 1.6em; font-weight: 600; }
+.contrib { position: relative; height: 16px; background: #f4f4f4; }
+.contrib div { height: 12px; } .contrib span { position: absolute; top: 13px; height: 2px;
+  background: #333; }
 .bar { display: flex; height: 22px; width: 100%; max-width: 700px; border-radius: 3px;
        overflow: hidden; margin: .3em 0; }
 .bar div { color: #fff; font-size: 11px; line-height: 22px; padding-left: 3px; overflow: hidden;
@@ -117,6 +121,38 @@ def _summary_html(result: TuneResult) -> str:
         rows.append("<p class='note'>No feasible trial: nothing to recommend.</p>")
     rows.append("<table>" + "".join(cells) + "</table>")
     return "\n".join(rows)
+
+
+def _contributions_html(result: TuneResult) -> str:
+    """Each knob of the winner as a bar: its median contribution, the range of its
+    per-round ratios as a whisker, kept or dropped (nothing without an ablation)."""
+    if not result.contributions:
+        return ""
+    rows = []
+    scale = max([1.05, *(max(c.ratios) for c in result.contributions if c.ratios)])
+    for c in result.contributions:
+        text = contribution_text(c)
+        if not c.ratios:
+            rows.append(f"<tr><td>{_e(c.knob)}</td><td colspan=2>{_e(text)}</td></tr>")
+            continue
+        width = 100 * (c.median - 1) / (scale - 1) if c.median > 1 else 0.0
+        low = 100 * max(0.0, min(c.ratios) - 1) / (scale - 1)
+        high = 100 * max(0.0, max(c.ratios) - 1) / (scale - 1)
+        colour = "#2a7" if c.kept else "#bbb"
+        rows.append(
+            f"<tr><td>{_e(c.knob)}</td><td style='width:320px'><div class='contrib'>"
+            f"<div style='width:{width:.1f}%;background:{colour}'></div>"
+            f"<span style='left:{low:.1f}%;width:{max(high - low, 0.5):.1f}%'></span>"
+            f"</div></td><td>{_e(text)}</td></tr>"
+        )
+    return (
+        "<h2>What each knob contributes</h2>"
+        "<p>The winner against the winner with one knob back at the baseline's value, in the "
+        "same paired rounds: the bar is the median ratio above 1x (its right end: the "
+        f"winner's gain from that knob; full width {scale:.2f}x), the line under it the "
+        "range over the rounds; grey bars were within noise and dropped.</p>"
+        "<table>" + "".join(rows) + "</table>"
+    )
 
 
 def _config_html(result: TuneResult) -> str:
@@ -209,7 +245,7 @@ def _trials_html(result: TuneResult) -> str:
             f"<td>{_e(status)}</td><td class='num'>{_num(d['rate'])}</td>"
             f"<td class='num'>{_num(d['speedup'], '.2f')}{'x' if d['speedup'] else ''}</td>"
             f"<td class='num'>{_e(fmt_bytes(d['peak_mem_bytes']))}</td>"
-            f"<td class='num'>{_num(d['compile_s'])}</td>"
+            f"<td class='num'>{_e(compile_cell(t))}</td>"
             f"<td class='num'>{_num(d['step_time_cv'], '.1%')}</td>"
             f"<td class='num'>{_num(d['loss_deviation'], '.2%')}</td></tr>"
         )
@@ -267,6 +303,7 @@ Measured on {machine}. A config is only valid on the machine it was measured on.
 {_summary_html(result)}
 <h2>Recommended config</h2>
 {_config_html(result)}
+{_contributions_html(result)}
 <p>Adopt it with <code>autotune export</code> (yaml, json, Hugging Face, Lightning, shell)
 or in code with <code>autotune.apply(autotune.load_config("best_config.yaml"), ...)</code>.</p>
 <h2>Where the step time goes</h2>

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ArgumentError
-from ..results import DUPLICATE, TrialRecord, TuneResult
+from ..results import DUPLICATE, TrialRecord, TuneResult, aggregation_text
 from ..space import Space
 from ..study import profiles as study_profiles
 from ..study.backend import TrialBackend
@@ -140,6 +140,13 @@ def report_data(result: TuneResult, profiles: dict[int, dict[str, Any]]) -> dict
         "baseline": base.number if base else None,
         "best": best.number if best else None,
         "speedup": result.speedup,
+        "speedup_range": list(best.ratio_range) if best and best.ratio_range else None,
+        "aggregation": aggregation_text(best) if best else None,
+        "winner": result.winner.number if result.winner else None,
+        "contributions": [c.to_dict() for c in result.contributions],
+        "dropped_knobs": list(result.reduction.knobs)
+        if result.reduction and result.best is not result.winner
+        else [],
         "memory_budget_bytes": result.memory_budget_bytes,
         "memory_headroom_bytes": result.headroom_bytes,
         "loss_deviation": best.loss_deviation if best else None,

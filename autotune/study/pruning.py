@@ -44,6 +44,8 @@ class Pruner:
     def _estimate(self, p: dict[str, Any]) -> tuple[float, float]:
         rate = p["steps"] * self._per_step(p) / p["elapsed_s"]
         step_s = self._per_step(p) / rate
+        if p.get("compile_s") is not None:  # torch's counters (0 for an eager config)
+            return rate, p["compile_s"]
         return rate, compile_estimate_s(p["warmup_s"], self.trial.warmup_steps, step_s)
 
     def __call__(self) -> str | None:
@@ -83,7 +85,7 @@ class Pruner:
             measured_steps=p["steps"],
             window_s=p["elapsed_s"],
             warmup_s=p["warmup_s"],
-            compile_s=compile_s,
+            compile_s=compile_s or None,  # eager: none
             wall_s=wall_s,
             pruned_saved_s=(self.trial.measured_steps - p["steps"]) * step_s,
         )

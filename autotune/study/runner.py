@@ -8,6 +8,7 @@ DataLoader workers. The driver starts it by module name and never imports it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -58,9 +59,14 @@ POLL_S = 0.25
 
 
 def _spawn(
-    spec_path: Path, result_path: Path, out: Any, err: Any, world_size: int = 1
+    spec_path: Path,
+    result_path: Path,
+    out: Any,
+    err: Any,
+    world_size: int = 1,
+    extra_env: dict[str, str] | None = None,
 ) -> subprocess.Popen:
-    env = dict(os.environ)
+    env = {**os.environ, **(extra_env or {})}
     # The child must import this very autotune, even when it is not installed.
     package_root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
@@ -121,13 +127,15 @@ def run_child(
     *,
     memory_cap_bytes: int | None = None,
     stop_early: Callable[[], str | None] | None = None,
+    env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Run ``python -m autotune.trial`` on ``spec`` in ``folder``; return its result payload.
 
     A child that dies, overruns ``timeout_s`` or ``memory_cap_bytes`` (its whole process
     group, DataLoader workers included), or that ``stop_early()`` gives a reason to stop,
-    is killed and yields a payload with that status and reason. This function raises only
-    on KeyboardInterrupt, after killing the child's process group.
+    is killed and yields a payload with that status and reason. ``env`` adds environment
+    variables. This function raises only on KeyboardInterrupt, after killing the child's
+    process group.
     """
     folder.mkdir(parents=True, exist_ok=True)
     spec_path, result_path = folder / "spec.json", folder / "result.json"
@@ -135,9 +143,8 @@ def run_child(
     result_path.unlink(missing_ok=True)
     start = time.perf_counter()
     with open(folder / "stdout.log", "wb") as out, open(folder / "stderr.log", "wb") as err:
-        proc = _spawn(
-            spec_path, result_path, out, err, int(spec.get("config", {}).get("world_size", 1))
-        )
+        world_size = int(spec.get("config", {}).get("world_size", 1))
+        proc = _spawn(spec_path, result_path, out, err, world_size, env)
         try:
             stopped = _supervise(proc, timeout_s, memory_cap_bytes, stop_early)
         except BaseException:
@@ -168,6 +175,24 @@ def _base_spec(space: Space) -> dict[str, Any]:
     if space.lengths_path:
         spec["lengths_path"] = space.lengths_path
     return spec
+
+
+def compile_cache(config: Config, folder: Path) -> tuple[dict[str, str], str | None]:
+    """The environment giving a torch.compile run of ``config`` its own inductor cache in
+    the study's run folder (``folder`` is the run's folder in it), and whether that cache
+    is ``cold`` (empty: the config's first compile) or ``warm``. Eager configs: nothing.
+
+    One cache per config, not one per study: a config's first compile is cold whatever
+    compiled before it, so its compile time does not depend on the order of the trials.
+    """
+    if config.compile_mode == "off":
+        return {}, None
+    digest = hashlib.sha256(config.key().encode()).hexdigest()[:16]
+    cache = (folder.parent / "compile-cache" / digest).resolve()
+    state = "warm" if cache.is_dir() and any(cache.iterdir()) else "cold"
+    cache.mkdir(parents=True, exist_ok=True)
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(cache), "TRITON_CACHE_DIR": str(cache / "triton")}
+    return env, state
 
 
 def probe(space: Space, folder: Path) -> dict[str, Any]:
@@ -206,16 +231,20 @@ def run_trial(
         spec["progress_path"] = str(folder / "progress.json")
         (folder / "progress.json").unlink(missing_ok=True)
         pruner = Pruner(folder / "progress.json", best_value, space.trial, space.search)
+    env, cache = compile_cache(config, folder)
     result = run_child(
         spec,
         folder,
         space.trial.timeout_s,
         memory_cap_bytes=space.trial.memory_cap_bytes(),
         stop_early=pruner,
+        env=env,
     )
     if pruner is not None and result.get("status") == PRUNED:
-        return pruner.measurement(result["reason"], result.get("wall_s"))
-    return Measurement.from_dict(result)
+        m = pruner.measurement(result["reason"], result.get("wall_s"))
+    else:
+        m = Measurement.from_dict(result)
+    return m.replace(compile_cache=cache)
 
 
 def profile_trial(space: Space, config: Config, folder: Path, steps: int) -> dict[str, Any]:
@@ -233,4 +262,5 @@ def profile_trial(space: Space, config: Config, folder: Path, steps: int) -> dic
         "profile_steps": steps,
         "trace_path": str((folder / "trace.json").resolve()),
     }
-    return run_child(spec, folder, space.trial.timeout_s)
+    env, _ = compile_cache(config, folder)
+    return run_child(spec, folder, space.trial.timeout_s, env=env)

@@ -47,12 +47,20 @@ def rate_objective(
     return trial.planned_steps * per_step / run_s
 
 
-def objective(m: Measurement, trial: TrialSettings) -> float:
+def objective(m: Measurement, trial: TrialSettings, cold_compile_s: float | None = None) -> float:
     """The objective of a measurement (0 without a throughput): samples/s, or real
-    tokens/s for a token workload; see :func:`rate_objective`."""
+    tokens/s for a token workload; see :func:`rate_objective`.
+
+    ``cold_compile_s``: the config's compile time on a cold cache, for a run whose own
+    compile hit a warm one (a repeat): the planned run is charged the cold figure, so the
+    objective does not depend on which run of a config came first.
+    """
     if not m.rate:
         return 0.0
-    return rate_objective(m.rate, m.compile_s or 0.0, m.per_step, trial)
+    compile_s = m.compile_s or 0.0
+    if m.compile_cache == "warm" and cold_compile_s is not None:
+        compile_s = cold_compile_s
+    return rate_objective(m.rate, compile_s, m.per_step, trial)
 
 
 def _memory(m: Measurement, budget: int | None, max_retries: int) -> tuple[float, str]:

@@ -24,6 +24,7 @@ from ..errors import StorageError, first_line
 from ..measurement import OK, Measurement
 from ..results import SEARCH, TrialRecord, TuneResult
 from ..space import Space
+from .sampling import ENCODING, INDEXES, VALUES, make_sampler
 
 
 def open_storage(url: str) -> Any:
@@ -98,15 +99,26 @@ def open_study(space: Space, storage: str, study_name: str, sampler: Any) -> opt
             f"cannot open storage {storage!r}: {type(e).__name__}: {first_line(e)}"
         ) from None
     fingerprint = space.fingerprint()
-    stored = study.user_attrs.get("space_fingerprint")
+    attrs = study.user_attrs
+    stored = attrs.get("space_fingerprint")
     if stored is None:
+        # The encoding first: a worker that finds the fingerprint finds the encoding.
+        study.set_user_attr(ENCODING, VALUES)
         study.set_user_attr("space_fingerprint", fingerprint)
         study.set_user_attr("space_source", space.source)
     elif stored != fingerprint:
         raise StorageError(
             f"study {study_name!r} in {storage} was made from a different space "
-            f"({study.user_attrs.get('space_source')}); pass another --study-name to start anew"
+            f"({attrs.get('space_source')}); pass another --study-name to start anew"
         )
+    elif attrs.get(ENCODING, INDEXES) == INDEXES:
+        # Made by an autotune that stored ordinal knobs as indexes under their own names:
+        # they stay indexes (sampling.param), so no param is an index in some trials and a
+        # value in others.
+        if ENCODING not in attrs:
+            study.set_user_attr(ENCODING, INDEXES)
+        if isinstance(sampler, optuna.samplers.GridSampler):
+            study.sampler = make_sampler(space, indexes=True)
     return study
 
 
@@ -129,6 +141,7 @@ def records(study: optuna.Study) -> list[TrialRecord]:
                 duplicate_of=attrs.get("duplicate_of"),
                 loss_deviation=attrs.get("loss_deviation"),
                 repeat_of=attrs.get("repeat_of"),
+                round=attrs.get("round"),
             )
         )
     return out
@@ -167,6 +180,7 @@ def load_result(
         name,
         storage,
         records(study),
+        confirmation=study.user_attrs.get("confirmation"),
         environment=environment,
         memory_budget_bytes=space.limits.memory_bytes(environment.get("device_memory_bytes")),
         global_batch=space.global_batch,

@@ -2,8 +2,9 @@
 
 The baseline (the space's defaults) is always trial 0, so every result is a speedup over
 it. A rerun with the same storage and study name resumes: finished trials are kept and the
-budget is filled up, never restarted. After the budget, a confirmation round re-measures
-the baseline and the top configs, interleaved, and ranks by the median.
+budget is filled up, never restarted. After the budget, the confirmation
+(:mod:`autotune.study.confirm`) measures the baseline and the top configs in paired rounds,
+ablates the winner's knobs and recommends the simplest config within noise of it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ..knobs import Capabilities
 from ..measurement import Measurement
 from ..results import (
     BASELINE,
+    CONFIRM,
     DUPLICATE,
     REPEAT,
     SEARCH,
@@ -36,7 +38,7 @@ from ..results import (
 )
 from ..space import Space
 from ..space_file import load_space
-from . import coordination, scoring
+from . import confirm, coordination, scoring
 from .backend import SubprocessBackend, TrialBackend
 from .coordination import claim, held, running_keys, running_roles, waiting_roles
 from .heartbeat import Heartbeat, fail_stale_trials
@@ -185,7 +187,9 @@ class Tuner:
             trials = records(study)
             measured = {t.config.key(): t for t in trials if t.role not in (DUPLICATE, REPEAT)}
             running = running_keys(study)
-            done = len(measured.keys() | running)
+            # Configs the confirmation measured (ablations) do not spend the budget.
+            searched = {k for k, t in measured.items() if t.role != CONFIRM}
+            done = len(searched | running)
             if self.n_trials is not None and done >= self.n_trials:
                 break
             if self.timeout_s is not None and time.monotonic() - start >= self.timeout_s:
@@ -250,35 +254,108 @@ class Tuner:
             self.notes.append(f"all {size} configs of the space are measured")
 
     def _confirm(self, study: optuna.Study) -> None:
-        """Re-measure the baseline and the top configs, interleaved, so that the ranking
-        and the speedup rest on more than one noisy run each."""
+        """Paired, rotated rounds after the search (see :mod:`autotune.study.confirm`):
+        rank the finalists, ablate the winner's knobs, measure the reduced config.
+
+        Only the first worker confirms: paired rounds need the machine to themselves.
+        """
         search = self.space.search
-        if search.confirm_top == 0 or search.confirm_repeats == 0:
+        if search.confirm_top == 0 or search.confirm_rounds == 0 or self.worker_index:
             return
+        summary = summarize(records(study))
+        top = [t for t in ranked(summary) if t.role != BASELINE][: search.confirm_top]
+        if not top:
+            return
+        base = next((t for t in summary if t.role == BASELINE), None)
+        anchor = [base.config] if base is not None and base.feasible else []
+        conf = dict(study.user_attrs.get("confirmation", {}))
+        conf["finalists"] = sorted({*conf.get("finalists", []), *(t.number for t in top)})
+        plan = [*anchor, *(t.config for t in top)]
+        plan += self._ablations(conf, top[0])
+        study.set_user_attr("confirmation", conf)
+        if not self._rounds(study, conf, plan):
+            return
+        winner = self._confirmed(study, conf).winner
+        if winner is None or winner.role == BASELINE or not search.ablate:
+            return
+        if str(winner.number) not in conf["ablations"]:  # the rounds crowned another finalist
+            plan = [*anchor, winner.config, *self._ablations(conf, winner)]
+            study.set_user_attr("confirmation", conf)
+            if not self._rounds(study, conf, plan):
+                return
+        result = self._confirmed(study, conf)
+        dropped = [c.knob for c in result.contributions if not c.kept]
+        if not dropped or str(winner.number) in conf.setdefault("reduced", {}):
+            return
+        if len(dropped) == 1:  # its ablation, measured in the same rounds, is the reduced config
+            key = conf["ablations"][str(winner.number)][dropped[0]]
+            conf["reduced"][str(winner.number)] = {"knobs": dropped, "key": key}
+            study.set_user_attr("confirmation", conf)
+            return
+        config = confirm.reduced(self.space, winner.config, self.space.baseline, dropped)
+        conf["reduced"][str(winner.number)] = {"knobs": dropped, "key": config.key()}
+        study.set_user_attr("confirmation", conf)
+        self._rounds(study, conf, [*anchor, winner.config, config])
+
+    def _ablations(self, conf: dict[str, Any], winner: TrialRecord) -> list[Config]:
+        """The ablations of ``winner`` (none without ``search.ablate``), noted in ``conf``."""
+        conf.setdefault("ablations", {})
+        if not self.space.search.ablate or winner.role == BASELINE:
+            return []
+        configs, notes = confirm.ablations(self.space, winner.config, self.space.baseline)
+        conf["ablations"][str(winner.number)] = {k: c.key() for k, c in configs.items()}
+        self.notes += [n for n in notes if n not in self.notes]
+        return list(configs.values())
+
+    def _confirmed(self, study: optuna.Study, conf: dict[str, Any]) -> TuneResult:
+        return TuneResult.from_trials(
+            self.study_name, self.storage, records(study), confirmation=conf
+        )
+
+    def _rounds(self, study: optuna.Study, conf: dict[str, Any], plan: list[Config]) -> bool:
+        """Run ``plan`` in ``search.confirm_rounds`` paired rounds, each in a rotated order;
+        runs an interrupted confirmation already made are not made again. False when the
+        rounds were cut short (queued trials of another worker come first)."""
+        plan = confirm.unique(plan)
         trials = records(study)
-        top = ranked(summarize(trials))[: search.confirm_top]
-        base = baseline_of(trials)
-        candidates = [base] if base is not None and base.feasible else []
-        candidates += [t for t in top if t.role != BASELINE]
-        if len(candidates) < 2:
-            return
-        have = {c.number: sum(1 for t in trials if t.repeat_of == c.number) for c in candidates}
-        for round_ in range(search.confirm_repeats):
-            for c in candidates:
-                if have[c.number] > round_:
-                    continue  # measured in an earlier, interrupted confirmation
+        used = max((t.round for t in trials if t.round is not None), default=-1)
+        rounds = self.space.search.confirm_rounds
+        first = confirm.first_round(conf, plan, rounds, used)
+        study.set_user_attr("confirmation", conf)
+        done = {(t.round, t.config.key()) for t in trials if t.round is not None}
+        originals = {t.config.key(): t for t in trials if t.role not in (DUPLICATE, REPEAT)}
+        for index in range(rounds):
+            number = first + index
+            for config in confirm.rotated(plan, index):
+                if (number, config.key()) in done:
+                    continue
                 if waiting_roles(study):
-                    self.notes.append("confirmation skipped: other trials are queued")
-                    return
-                study.enqueue_trial(
-                    encode(self.space, c.config), user_attrs={"role": REPEAT, "repeat_of": c.number}
-                )
+                    self.notes.append("confirmation cut short: other trials are queued")
+                    return False
+                original = originals.get(config.key())
+                role = REPEAT if original is not None else CONFIRM
+                attrs: dict[str, Any] = {"role": role, "round": number}
+                if original is not None:
+                    attrs["repeat_of"] = original.number
+                study.enqueue_trial(encode(self.space, config), user_attrs=attrs)
                 trial = study.ask()
                 sample(self.space, trial)
-                m = self._run(study, trial, c.config)
-                record = self._tell(study, trial, c.config, m, REPEAT, repeat_of=c.number)
-                all_trials = records(study)
-                self.reporter.trial(record, best_of(all_trials), baseline_of(all_trials), 0, None)
+                m = self._run(study, trial, config)
+                record = self._tell(
+                    study,
+                    trial,
+                    config,
+                    m,
+                    role,
+                    repeat_of=original.number if original is not None else None,
+                    round_=number,
+                    cold_compile_s=original.measurement.compile_s if original else None,
+                )
+                if original is None:
+                    originals[config.key()] = record
+                every = records(study)
+                self.reporter.trial(record, best_of(every), baseline_of(every), 0, None)
+        return True
 
     def _reference(self, study: optuna.Study, trials: list[TrialRecord]) -> list[float] | None:
         """The fp32, no-compile loss trajectory trials are compared against.
@@ -400,15 +477,21 @@ class Tuner:
         duplicate_of: int | None = None,
         repeat_of: int | None = None,
         reference: list[float] | None = None,
+        round_: int | None = None,
+        cold_compile_s: float | None = None,
     ) -> TrialRecord:
-        """Judge a measurement, store it on the trial and finish the trial."""
+        """Judge a measurement, store it on the trial and finish the trial.
+
+        ``round_``: the confirmation round of the run; ``cold_compile_s``: the config's
+        cold-cache compile time, charged (with ``planned_steps``) to a warm-cache run.
+        """
         verdict = scoring.judge(
             m,
             self.space,
             reference=reference or self._reference_for(study, config),
             memory_budget_bytes=self.memory_budget,
         )
-        value = scoring.objective(m, self.space.trial)
+        value = scoring.objective(m, self.space.trial, cold_compile_s)
         attrs = {  # role first: a duplicate or repeat never looks like a claimant
             "role": role,
             "config": config.to_dict(),
@@ -422,6 +505,8 @@ class Tuner:
             attrs["duplicate_of"] = duplicate_of
         if repeat_of is not None:
             attrs["repeat_of"] = repeat_of
+        if round_ is not None:
+            attrs["round"] = round_
         try:
             for key, v in attrs.items():
                 trial.set_user_attr(key, v)
@@ -441,6 +526,7 @@ class Tuner:
             duplicate_of,
             verdict.loss_deviation,
             repeat_of,
+            round=round_,
         )
 
     def _result(self, study: optuna.Study) -> TuneResult:
@@ -448,6 +534,7 @@ class Tuner:
             self.study_name,
             self.storage,
             records(study),
+            confirmation=study.user_attrs.get("confirmation"),
             environment=self.environment,
             notes=self.notes,
             memory_budget_bytes=self.memory_budget,

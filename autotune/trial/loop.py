@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from ..config import Config
 from ..measurement import NAN, OK, TOKENS, Measurement, compile_estimate_s
 from .build import Built
 from .clock import StepClock, peak_memory, reset_peak_memory, spread
@@ -62,6 +63,7 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
     progress = _Progress(
         progress_path if RANK == 0 else None,
         warmup.window_s,
+        before_window if compiles.enabled else (None if config.jit != "off" else 0.0),
         config.global_batch,
         (lambda: applied.real_tokens - tokens_before) if counted else None,
         (lambda: compiles.spent_s() - before_window) if compiles.enabled else None,
@@ -124,8 +126,9 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
         measured_steps=steps,
         window_s=window_s,
         warmup_s=warmup_s,
-        compile_s=compile_estimate_s(warmup_s, int(trial["warmup_steps"]), window_s / steps)
-        + recompile_in_window_s,
+        compile_s=_compile_s(
+            compiles, config, warmup_s, int(trial["warmup_steps"]), window_s / steps
+        ),
         startup_s=startup_s,
         skipped_steps=applied.skipped_steps,
         losses=values,
@@ -137,6 +140,19 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
         first = next(i for i, x in enumerate(values) if not math.isfinite(x))
         return m.replace(status=NAN, reason=f"loss is {values[first]} at step {first}")
     return m
+
+
+def _compile_s(
+    compiles: _Compiles, config: Config, warmup_s: float, warmup_steps: int, step_s: float
+) -> float | None:
+    """Seconds spent compiling: torch.compile's own counters (every compile of the trial,
+    recompiles in the window included); for TorchScript the warm-up's excess over
+    steady-state steps; ``None`` for an eager config."""
+    if compiles.enabled:
+        return compiles.spent_s()
+    if config.jit != "off":
+        return compile_estimate_s(warmup_s, warmup_steps, step_s)
+    return None
 
 
 def _longest_batch_step(built: Built) -> int:
@@ -227,6 +243,7 @@ class _Progress:
         self,
         path: str | None,
         warmup_s: float,
+        compile_s: float | None,
         samples_per_step: int,
         tokens_so_far: Callable[[], int] | None = None,
         compiling_s: Callable[[], float] | None = None,
@@ -235,6 +252,7 @@ class _Progress:
         self.path = Path(path) if path else None
         self.base = {
             "warmup_s": warmup_s,
+            "compile_s": compile_s,  # None: the pruner estimates it from the warm-up
             "samples_per_step": samples_per_step,
             "unit": TOKENS if tokens_so_far else "samples",
         }

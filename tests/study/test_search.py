@@ -1,4 +1,4 @@
-"""Search machinery: dedupe, grid, confirmation, replay, pruning."""
+"""Search machinery: dedupe, grid, replay, pruning (confirmation: test_confirm.py)."""
 
 from __future__ import annotations
 
@@ -72,17 +72,6 @@ def test_grid_measures_every_config_once(write_space, tmp_path):
     assert len(backend.calls) == 16 == len({c.key() for c in backend.calls})
     assert len(result.trials) == 16
     assert any("all 16 configs of the space are measured" in n for n in result.notes)
-
-
-def test_confirmation_remeasures_baseline_and_top_and_ranks_by_median(write_space, tmp_path):
-    space = _space(write_space, confirm=2)
-    backend = ReplayBackend(_table())
-    result = tune(space, storage="memory", out_dir=tmp_path, backend=backend, n_trials=6)
-    repeated = backend.calls[6:]
-    assert len(repeated) == 3  # baseline + top 2, one more run each
-    assert repeated[0] == space.baseline
-    confirmed = [t for t in result.trials if t.runs == 2]
-    assert len(confirmed) == 3 and all(t.spread == 0 for t in confirmed)
 
 
 def test_within_noise_flag():

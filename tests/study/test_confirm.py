@@ -1,0 +1,216 @@
+"""Confirmation: paired rotated rounds, ablation of the winner, the simplest config within
+noise. The tuner runs for real; the measurements come from a recorded table (replay), so
+each knob's effect is known exactly."""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+
+import yaml
+
+from autotune import Config, Measurement, load_space, tune
+from autotune.output.report import report_data
+from autotune.results import BASELINE, CONFIRM, REPEAT
+from autotune.study.replay import ReplayBackend
+
+SPACE = """
+    workload: {workloads}:tiny
+    knobs:
+      batch_size: [8, 32]
+      num_workers: [0, 1]
+      zero_grad_set_to_none: [false, true]
+      gradient_checkpointing: [false, true]
+    baseline: {batch_size: 8, zero_grad_set_to_none: false}
+    global_batch: 32
+    search: {sampler: grid, confirm_top: 2, confirm_rounds: 3, seed: 0, prune: false}
+    budget: {n_trials: 16}
+"""
+
+
+def _table(effects: dict[str, float]) -> dict:
+    """Every config of SPACE; ``effects`` multiply the rate when a knob is off the baseline."""
+    rows = []
+    for bs, w, none, ckpt in itertools.product([8, 32], [0, 1], [False, True], [False, True]):
+        config = Config(
+            batch_size=bs,
+            accumulation_steps=32 // bs,
+            num_workers=w,
+            zero_grad_set_to_none=none,
+            gradient_checkpointing=ckpt,
+        )
+        rate = 100.0
+        rate *= effects["batch_size"] if bs == 32 else 1.0
+        rate *= effects["num_workers"] if w else 1.0
+        rate *= effects["zero_grad_set_to_none"] if none else 1.0
+        rate *= effects["gradient_checkpointing"] if ckpt else 1.0
+        m = Measurement(
+            status="ok",
+            samples_per_s=rate,
+            samples_per_step=32,
+            measured_steps=5,
+            losses=[1.0, 0.9, 0.8],
+            step_time_cv=0.01,
+        )
+        rows.append({"config": config.to_dict(), "measurement": m.to_dict()})
+    caps = {"device": "cpu", "cpu_count": 2, "workload_blocks": 2}
+    return {"environment": {"device": "cpu"}, "capabilities": caps, "measurements": rows}
+
+
+class Drifting(ReplayBackend):
+    """The table's rates, on a machine that gets slower with every run (thermal drift)."""
+
+    def __init__(self, table: dict, drift: float) -> None:
+        super().__init__(table)
+        self.drift = drift
+
+    def run_trial(self, space, config, folder, best_value=None):
+        m = super().run_trial(space, config, folder, best_value)
+        slow = (1 - self.drift) ** len(self.calls)
+        return m.replace(samples_per_s=m.samples_per_s * slow)
+
+
+def _run(write_space, tmp_path, effects, backend_cls=ReplayBackend, **kw):
+    space = load_space(write_space(SPACE))
+    backend = backend_cls(_table(effects), **kw)
+    result = tune(space, storage="memory", out_dir=tmp_path, backend=backend)
+    return space, backend, result
+
+
+def test_a_neutral_knob_is_dropped_and_two_that_matter_stay(write_space, tmp_path):
+    effects = {
+        "batch_size": 2.0,
+        "num_workers": 1.2,
+        "zero_grad_set_to_none": 1.005,  # within noise: the winner has it, it proves nothing
+        "gradient_checkpointing": 1.01,
+    }
+    space, backend, result = _run(write_space, tmp_path, effects)
+    winner = result.winner.config
+    assert (winner.zero_grad_set_to_none, winner.gradient_checkpointing) == (True, True)
+    by_knob = {c.knob: c for c in result.contributions}
+    assert set(by_knob) == {
+        "batch_size",
+        "num_workers",
+        "zero_grad_set_to_none",
+        "gradient_checkpointing",
+    }
+    assert round(by_knob["batch_size"].median, 6) == 2.0 and by_knob["batch_size"].kept
+    assert round(by_knob["num_workers"].median, 6) == 1.2 and by_knob["num_workers"].kept
+    assert not by_knob["zero_grad_set_to_none"].kept and not by_knob["gradient_checkpointing"].kept
+    assert all(len(c.ratios) == 3 for c in result.contributions)
+    # The recommendation is the winner without the two neutral knobs, measured in rounds.
+    best = result.best.config
+    assert (best.batch_size, best.num_workers) == (32, 1)
+    assert (best.zero_grad_set_to_none, best.gradient_checkpointing) == (False, False)
+    assert result.reduction.accepted and result.best.runs == 3
+    assert round(result.speedup, 6) == 2.4
+    # best_config.yaml holds the recommendation, the full winner and the contributions.
+    doc = yaml.safe_load(result.best_config_path.read_text())
+    assert doc["config"]["gradient_checkpointing"] is False
+    assert doc["full_winner"]["config"]["gradient_checkpointing"] is True
+    assert sorted(doc["full_winner"]["dropped_knobs"]) == [
+        "gradient_checkpointing",
+        "zero_grad_set_to_none",
+    ]
+    kept = {c["knob"]: c["kept"] for c in doc["contributions"]}
+    assert kept == {
+        "batch_size": True,
+        "num_workers": True,
+        "zero_grad_set_to_none": False,
+        "gradient_checkpointing": False,
+    }
+
+
+def test_rounds_rotate_and_every_run_is_paired_with_a_baseline_run(write_space, tmp_path):
+    effects = {
+        "batch_size": 2.0,
+        "num_workers": 1.2,
+        "zero_grad_set_to_none": 1.0,
+        "gradient_checkpointing": 1.3,
+    }
+    space, backend, result = _run(write_space, tmp_path, effects)
+    confirm = backend.calls[16:]
+    # Plan 1: baseline, 2 finalists, 3 ablations (the winner differs from the baseline in
+    # batch_size, num_workers and gradient_checkpointing) = 6 configs x 3 rounds.
+    plan = confirm[:6]
+    assert plan[0] == space.baseline
+    assert confirm[6:12] == plan[1:] + plan[:1]  # round 2: rotated by one
+    assert confirm[12:18] == plan[2:] + plan[:2]
+    assert len({c.key() for c in plan}) == 6
+    # Nothing was within noise, so no reduction rounds.
+    assert len(confirm) == 18 and result.reduction is None
+    assert result.best.number == result.winner.number
+    rounds = [t for t in result.trials if t.ratios]
+    assert all(len(t.ratios) == 3 for t in rounds)
+    assert next(t for t in result.trials if t.role == BASELINE).ratios == (1.0, 1.0, 1.0)
+
+
+def test_paired_rounds_cancel_drift_and_rank_by_the_median_ratio(write_space, tmp_path):
+    # 3% slower per run: unpaired, a config measured late looks worse than it is.
+    effects = {
+        "batch_size": 2.0,
+        "num_workers": 1.2,
+        "zero_grad_set_to_none": 1.0,
+        "gradient_checkpointing": 1.0,
+    }
+    space, backend, result = _run(write_space, tmp_path, effects, Drifting, drift=0.03)
+    assert result.winner.config.batch_size == 32 and result.winner.config.num_workers == 1
+    # The paired ratio is the true 2.4 within the drift between two neighbouring runs.
+    assert 2.4 * 0.97**5 < result.speedup < 2.4 / 0.97**5
+    unpaired = result.best.value / result.baseline.value
+    assert abs(result.speedup - 2.4) < abs(unpaired - 2.4) or abs(unpaired - 2.4) < 0.05
+
+
+def test_knobs_within_noise_each_but_not_together_are_kept(write_space, tmp_path):
+    effects = {
+        "batch_size": 2.0,
+        "num_workers": 1.0,
+        "zero_grad_set_to_none": 1.015,
+        "gradient_checkpointing": 1.015,
+    }
+    space, backend, result = _run(write_space, tmp_path, effects)
+    dropped = {c.knob for c in result.contributions if not c.kept}
+    assert dropped == {"zero_grad_set_to_none", "gradient_checkpointing"}
+    # Together they are worth 3%: the reduced config is measurably slower, so not taken.
+    assert result.reduction is not None and not result.reduction.accepted
+    assert result.best.number == result.winner.number
+    assert result.best.config.gradient_checkpointing
+
+
+def test_one_aggregation_in_summary_best_config_and_report(write_space, tmp_path):
+    from autotune.output.facts import summary_facts
+    from autotune.study.storage import load_result, records
+
+    effects = {
+        "batch_size": 2.0,
+        "num_workers": 1.2,
+        "zero_grad_set_to_none": 1.005,
+        "gradient_checkpointing": 1.0,
+    }
+    space = load_space(write_space(SPACE))
+    storage = f"sqlite:///{tmp_path}/s.db"
+    backend = Drifting(_table(effects), drift=0.01)
+    result = tune(space, storage=storage, out_dir=tmp_path, backend=backend)
+    best = result.best
+    doc = yaml.safe_load(result.best_config_path.read_text())["measured"]
+    data = report_data(result, {})
+    row = next(r for r in data["trials"] if r["number"] == best.number)
+    # samples/s and the objective: the median over the rounds, everywhere.
+    study, loaded = load_result(space, storage)
+    runs = [t for t in records(study) if t.config == best.config and t.round is not None]
+    assert len(runs) == best.runs >= 3 and {t.role for t in runs} <= {REPEAT, CONFIRM}
+    median = statistics.median(r.measurement.samples_per_s for r in runs)
+    assert doc["samples_per_s"] == round(median, 3) == round(row["samples_per_s"], 3)
+    assert doc["objective"] == round(best.value, 3) == round(row["objective"], 3)
+    assert doc["speedup"] == round(result.speedup, 3) == round(data["speedup"], 3)
+    assert row["speedup"] == data["speedup"]
+    speedup = next(f for f in summary_facts(result) if f.key == "speedup")
+    assert speedup.text.startswith(
+        f"{result.speedup:.2f}x ({result.baseline.value:,.1f} -> {best.value:,.1f}"
+    )
+    assert f"median of {best.runs} paired rounds" in speedup.text
+    # The stored study reads back to the same recommendation and figures.
+    assert loaded.best.number == best.number and loaded.speedup == result.speedup
+    assert [c.to_dict() for c in loaded.contributions] == [
+        c.to_dict() for c in result.contributions
+    ]
