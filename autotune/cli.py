@@ -74,6 +74,33 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--storage", help="with a space file: the Optuna storage URL")
     exp.add_argument("--study-name", help="with a space file: the study name")
 
+    ver = sub.add_parser(
+        "verify",
+        help="run baseline and recommendation longer, in paired rounds: predicted vs observed",
+    )
+    ver.add_argument("space", help="the space file the study was run from")
+    ver.add_argument("--storage")
+    ver.add_argument("--study-name")
+    ver.add_argument("--out", help="the run folder given to `run` (runs go to OUT/STUDY/verify/)")
+    ver.add_argument(
+        "--rounds", type=int, default=3, help="paired rounds, the order alternating (default: 3)"
+    )
+    ver.add_argument(
+        "--steps-factor",
+        type=int,
+        default=10,
+        help="each run times this many times the trial's measured steps (default: 10)",
+    )
+    ver.add_argument(
+        "--endless",
+        action="store_true",
+        help="stream the trials' seeded permutations instead of epochs of the loader",
+    )
+    ver.add_argument(
+        "--timeout", type=float, help="seconds per run (default: trial.timeout_s x steps factor)"
+    )
+    ver.add_argument("--json", action="store_true", help="print the verification as JSON")
+
     sub.add_parser("knobs", help="list the knobs a space can tune")
     return p
 
@@ -208,6 +235,50 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _verify(args: argparse.Namespace) -> int:
+    import json
+
+    from rich.console import Console
+    from rich.markup import escape
+
+    from .output.console import make_console
+    from .output.verify_view import print_verification, run_line
+    from .space_file import load_space
+    from .study.verify import VerifyRun, check_arguments, verify
+
+    # With --json, stdout holds only the JSON; progress goes to stderr.
+    console = Console(stderr=True, highlight=False) if args.json else make_console()
+
+    def on_run(run: VerifyRun, index: int, total: int) -> None:
+        console.print(escape(run_line(run, index, total)), soft_wrap=True)
+
+    check_arguments(args.rounds, args.steps_factor, args.timeout)
+    space = load_space(args.space)
+    console.print(
+        escape(
+            f"autotune: verifying study {args.study_name or space.study.name} "
+            f"in {args.storage or space.study.storage}: {args.rounds} paired rounds"
+        ),
+        soft_wrap=True,
+    )
+    verification = verify(
+        space,
+        storage=args.storage,
+        study_name=args.study_name,
+        out_dir=args.out,
+        rounds=args.rounds,
+        steps_factor=args.steps_factor,
+        endless=args.endless,
+        timeout_s=args.timeout,
+        on_run=on_run,
+    )
+    if args.json:
+        print(json.dumps(verification.to_dict(), indent=1))
+    else:
+        print_verification(verification, console)
+    return 0 if verification.same_config or verification.observed is not None else 2
+
+
 def _knobs(args: argparse.Namespace) -> int:
     from .knobs import KNOBS, show
 
@@ -222,6 +293,7 @@ COMMANDS = {
     "show": _show,
     "report": _report,
     "export": _export,
+    "verify": _verify,
     "knobs": _knobs,
 }
 

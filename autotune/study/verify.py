@@ -1,0 +1,421 @@
+"""Verify a study's prediction: run baseline and recommendation for longer, side by side.
+
+:func:`verify` (``autotune verify SPACE``) loads the stored study, then runs its baseline
+and its recommended config in paired rounds, each run a fresh process
+(``python -m autotune.trial.verify``, started by module name: the driver never imports
+it) that builds the workload through the public ``autotune.apply_workload`` as a user's
+script does, warms up untimed and times ``steps_factor`` times the trial's measured
+steps. The two runs of a round swap order from one round to the next, so drift of the
+machine hits both alike. The observed speedup is the median over rounds of the
+recommendation's throughput over the baseline's in the study's unit (real tokens/s for
+token workloads, else samples/s; with ``planned_steps`` the same planned-run objective
+the study ranked by), and the error is ``observed / predicted - 1``.
+
+Each run's folder (``<runs>/<study>/verify/r<round>-<role>/``) holds ``spec.json``,
+``result.json`` and the logs; ``verify.json`` next to them holds the whole verification.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ..errors import ArgumentError, StorageError
+from ..measurement import FAILED, OK, TOKENS, compile_estimate_s
+from ..results import TrialRecord, TuneResult
+from ..space import Space
+from .runner import _describe_exit, _kill_group, _last_line, _supervise
+from .scoring import rate_objective
+from .storage import load_result
+
+BASELINE, RECOMMENDED = "baseline", "recommended"
+DEFAULT_ROUNDS = 3
+DEFAULT_STEPS_FACTOR = 10
+# The goal for the prediction: the observed speedup within 5% of the predicted one.
+TOLERANCE = 0.05
+MODULE = "autotune.trial.verify"
+
+# What runs one process: (spec, folder, timeout_s, memory_cap_bytes) -> result payload.
+RunChild = Callable[[dict[str, Any], Path, float, int | None], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class VerifyRun:
+    """One long run of one config in a fresh process.
+
+    Attributes:
+        round: the paired round it belongs to (from 1).
+        role: ``baseline`` or ``recommended``.
+        trial: the study's trial number of the config.
+        status: ``ok``, or why not (``failed``, ``oom``, ``nan``, ``timeout``).
+        unit: the study's unit: ``tokens`` (real tokens) or ``samples``.
+        rate: steady-state throughput in the study's unit per second (real tokens/s or
+            samples/s), data loading included, warm-up excluded.
+        value: what the ratio compares: ``rate``, or with ``planned_steps`` the planned
+            run's mean throughput (compile time amortised), as the study's objective.
+        result: the run's ``result.json`` (samples/s, tokens/s, seconds, epochs...).
+    """
+
+    round: int
+    role: str
+    trial: int
+    status: str
+    reason: str = ""
+    unit: str = "samples"
+    rate: float | None = None
+    value: float | None = None
+    steps: int = 0
+    window_s: float | None = None
+    warmup_s: float | None = None
+    wall_s: float | None = None
+    folder: Path | None = None
+    result: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+
+@dataclass(frozen=True)
+class Verification:
+    """Predicted against observed speedup of a study's recommended config.
+
+    ``runs`` are in the order they ran. ``same_config`` means the recommendation is the
+    baseline itself: nothing was run.
+    """
+
+    study_name: str
+    unit: str
+    baseline: TrialRecord
+    best: TrialRecord
+    predicted: float | None
+    rounds: int
+    steps_factor: int
+    measured_steps: int
+    steps: int
+    warmup_steps: int
+    endless: bool = False
+    planned_steps: int | None = None
+    runs: list[VerifyRun] = field(default_factory=list)
+    folder: Path | None = None
+    same_config: bool = False
+
+    def ratios(self) -> list[tuple[int, float]]:
+        """(round, recommended value / baseline value) of every round whose two runs
+        both succeeded."""
+        out = []
+        for r in range(1, self.rounds + 1):
+            pair = {run.role: run for run in self.runs if run.round == r}
+            base, rec = pair.get(BASELINE), pair.get(RECOMMENDED)
+            if base and rec and base.ok and rec.ok and base.value and rec.value is not None:
+                out.append((r, rec.value / base.value))
+        return out
+
+    @property
+    def observed(self) -> float | None:
+        """The median ratio over the complete rounds; ``None`` when none completed."""
+        ratios = [ratio for _, ratio in self.ratios()]
+        return statistics.median(ratios) if ratios else None
+
+    @property
+    def error(self) -> float | None:
+        """``observed / predicted - 1`` (0.03: the recommendation did 3% better than
+        predicted); ``None`` when either is missing."""
+        if self.observed is None or not self.predicted:
+            return None
+        return self.observed / self.predicted - 1
+
+    @property
+    def within_tolerance(self) -> bool | None:
+        return None if self.error is None else abs(self.error) <= TOLERANCE
+
+    def first_in(self, number: int) -> str | None:
+        """Which role ran first in round ``number``."""
+        return next((run.role for run in self.runs if run.round == number), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (``verify.json``, ``autotune verify --json``)."""
+        ratios = self.ratios()
+        return {
+            "study": self.study_name,
+            "unit": self.unit,
+            "baseline": {"trial": self.baseline.number, "config": self.baseline.config.to_dict()},
+            "recommended": {"trial": self.best.number, "config": self.best.config.to_dict()},
+            "same_config": self.same_config,
+            "predicted_speedup": self.predicted,
+            "observed_speedup": self.observed,
+            "observed_min": min((r for _, r in ratios), default=None),
+            "observed_max": max((r for _, r in ratios), default=None),
+            "error": self.error,
+            "tolerance": TOLERANCE,
+            "within_tolerance": self.within_tolerance,
+            "ratios": [{"round": n, "ratio": ratio} for n, ratio in ratios],
+            "rounds": self.rounds,
+            "steps": self.steps,
+            "steps_factor": self.steps_factor,
+            "measured_steps": self.measured_steps,
+            "warmup_steps": self.warmup_steps,
+            "endless": self.endless,
+            "planned_steps": self.planned_steps,
+            "order": [[run.round, run.role] for run in self.runs],
+            "runs": [
+                {**asdict(run), "folder": str(run.folder) if run.folder else None}
+                for run in self.runs
+            ],
+            "folder": str(self.folder) if self.folder else None,
+        }
+
+
+def run_child(
+    spec: dict[str, Any], folder: Path, timeout_s: float, memory_cap_bytes: int | None = None
+) -> dict[str, Any]:
+    """Run ``python -m autotune.trial.verify`` on ``spec`` in ``folder``; its payload.
+
+    Supervised like a trial (:mod:`autotune.study.runner`): its own process group, killed
+    with its DataLoader workers past ``timeout_s`` or ``memory_cap_bytes``, dying with the
+    driver. Never raises for a failing run (the payload has its status and reason), only
+    on KeyboardInterrupt, after killing the process group.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    spec_path, result_path = folder / "spec.json", folder / "result.json"
+    spec_path.write_text(json.dumps(spec, indent=1, default=str))
+    result_path.unlink(missing_ok=True)
+    env = dict(os.environ)
+    package_root = str(Path(__file__).resolve().parent.parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env["AUTOTUNE_DRIVER_PID"] = str(os.getpid())
+    start = time.perf_counter()
+    with open(folder / "stdout.log", "wb") as out, open(folder / "stderr.log", "wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", MODULE, str(spec_path), str(result_path)],
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+        try:
+            stopped = _supervise(proc, timeout_s, memory_cap_bytes, None)
+        except BaseException:
+            _kill_group(proc)
+            raise
+        _kill_group(proc)
+    if stopped is not None:
+        return {**stopped, "wall_s": time.perf_counter() - start}
+    if result_path.exists():
+        return json.loads(result_path.read_text())
+    reason = _describe_exit(proc.returncode).replace("trial process", "verify process")
+    tail = _last_line(folder / "stderr.log")
+    return {
+        "status": FAILED,
+        "reason": f"{reason}: {tail}" if tail else reason,
+        "wall_s": time.perf_counter() - start,
+    }
+
+
+def check_arguments(rounds: int, steps_factor: int, timeout_s: float | None = None) -> None:
+    """Reject out-of-range arguments at once, naming the argument."""
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ArgumentError(f"rounds must be an integer >= 1 but got {rounds!r}")
+    if isinstance(steps_factor, bool) or not isinstance(steps_factor, int) or steps_factor < 1:
+        raise ArgumentError(f"steps_factor must be an integer >= 1 but got {steps_factor!r}")
+    if timeout_s is not None and not timeout_s > 0:  # NaN fails too
+        raise ArgumentError(f"timeout_s must be a number > 0 but got {timeout_s}")
+
+
+def verify(
+    space: Space,
+    *,
+    storage: str | None = None,
+    study_name: str | None = None,
+    out_dir: str | Path | None = None,
+    rounds: int = DEFAULT_ROUNDS,
+    steps_factor: int = DEFAULT_STEPS_FACTOR,
+    endless: bool = False,
+    timeout_s: float | None = None,
+    on_run: Callable[[VerifyRun, int, int], None] | None = None,
+    run: RunChild | None = None,
+) -> Verification:
+    """Run the stored study's baseline and recommendation longer, in paired rounds.
+
+    Args:
+        space: the space the study was run from (workload, device, trial settings).
+        storage, study_name: where the study is (default: the space's).
+        out_dir: the run folder given to ``autotune run`` (default: the space's
+            ``output_dir``); runs go to ``<out_dir>/<study>/verify/``.
+        rounds: paired rounds; each runs both configs once, the first one alternating.
+        steps_factor: each run times this many times the trial's ``measured_steps``.
+        endless: stream the trials' seeded permutations instead of epochs.
+        timeout_s: per run (default: the trial's ``timeout_s`` times ``steps_factor``).
+        on_run: called with each finished run, its position and the number of runs.
+        run: what runs one process (default: :func:`run_child`); tests substitute it.
+
+    Returns:
+        A :class:`Verification`: predicted and observed speedup, the error, every run.
+
+    Raises:
+        ArgumentError: an argument is out of range.
+        StorageError: no such study, or it holds no feasible baseline or recommendation.
+    """
+    check_arguments(rounds, steps_factor, timeout_s)
+    _, result = load_result(space, storage, study_name)
+    runs_dir = Path(out_dir or space.output_dir) / result.study_name
+    return verify_result(
+        space,
+        result,
+        runs_dir / "verify",
+        rounds=rounds,
+        steps_factor=steps_factor,
+        endless=endless,
+        timeout_s=timeout_s,
+        on_run=on_run,
+        run=run,
+        lengths_path=runs_dir / "probe" / "lengths.json",
+    )
+
+
+def verify_result(
+    space: Space,
+    result: TuneResult,
+    folder: Path,
+    *,
+    rounds: int = DEFAULT_ROUNDS,
+    steps_factor: int = DEFAULT_STEPS_FACTOR,
+    endless: bool = False,
+    timeout_s: float | None = None,
+    on_run: Callable[[VerifyRun, int, int], None] | None = None,
+    run: RunChild | None = None,
+    lengths_path: Path | None = None,
+) -> Verification:
+    """:func:`verify` for a loaded result; runs go to ``folder``, the data to
+    ``folder/verify.json``.
+
+    Raises:
+        ArgumentError: an argument is out of range.
+        StorageError: the result has no feasible baseline or recommendation.
+    """
+    check_arguments(rounds, steps_factor, timeout_s)
+    base, best = _pair(result)
+    trial = space.trial
+    verification = Verification(
+        study_name=result.study_name,
+        unit=result.unit,
+        baseline=base,
+        best=best,
+        predicted=result.speedup,
+        rounds=rounds,
+        steps_factor=steps_factor,
+        measured_steps=trial.measured_steps,
+        steps=steps_factor * trial.measured_steps,
+        warmup_steps=trial.warmup_steps,
+        endless=endless,
+        planned_steps=trial.planned_steps,
+        folder=folder,
+        same_config=best.number == base.number or best.config == base.config,
+    )
+    if verification.same_config:
+        return verification
+    if any(r.config.world_size > 1 for r in (base, best)):
+        raise ArgumentError("verify runs one process per config; DDP configs are not supported")
+    run = run or run_child
+    timeout = timeout_s if timeout_s is not None else trial.timeout_s * steps_factor
+    spec = {
+        "workload": space.workload,
+        "workload_args": space.workload_args,
+        "base_dir": str(space.base_dir),
+        "device": space.device,
+        "seed": trial.seed,
+        "warmup_steps": trial.warmup_steps,
+        "steps": verification.steps,
+        "endless": endless,
+    }
+    if lengths_path is not None and lengths_path.is_file():
+        spec["lengths_path"] = str(lengths_path.resolve())
+    order = [(r, role) for r in range(1, rounds + 1) for role in _roles(r)]
+    runs: list[VerifyRun] = []
+    for i, (r, role) in enumerate(order):
+        record = base if role == BASELINE else best
+        run_folder = folder / f"r{r}-{role}"
+        payload = run(
+            {**spec, "config": record.config.to_dict()},
+            run_folder,
+            timeout,
+            trial.memory_cap_bytes(),
+        )
+        done = _verify_run(r, role, record, payload, run_folder, result.unit, space)
+        runs.append(done)
+        if on_run is not None:
+            on_run(done, i + 1, len(order))
+    verification = replace(verification, runs=runs)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "verify.json").write_text(json.dumps(verification.to_dict(), indent=1))
+    return verification
+
+
+def _roles(number: int) -> tuple[str, str]:
+    """The order of round ``number``'s two runs: the baseline first in odd rounds."""
+    return (BASELINE, RECOMMENDED) if number % 2 else (RECOMMENDED, BASELINE)
+
+
+def _pair(result: TuneResult) -> tuple[TrialRecord, TrialRecord]:
+    """The baseline and the recommendation, both feasible, or a one-line error."""
+    name = result.study_name
+    if result.baseline is None:
+        raise StorageError(f"study {name!r} has no measured baseline; run `autotune run` first")
+    if result.best is None:
+        raise StorageError(f"study {name!r} has no feasible config to verify")
+    if not result.baseline.feasible:
+        raise StorageError(
+            f"the baseline of study {name!r} was not feasible ({result.baseline.status}: "
+            f"{result.baseline.reason}): there is no speedup to verify"
+        )
+    return result.baseline, result.best
+
+
+def _verify_run(
+    number: int,
+    role: str,
+    record: TrialRecord,
+    payload: dict[str, Any],
+    folder: Path,
+    unit: str,
+    space: Space,
+) -> VerifyRun:
+    """A run's payload as a :class:`VerifyRun`, its rate in the study's unit."""
+    status, reason = payload.get("status", FAILED), payload.get("reason", "")
+    rate = payload.get("tokens_per_s") if unit == TOKENS else payload.get("samples_per_s")
+    if status == OK and not rate:
+        status, reason = FAILED, f"the run measured no {unit}/s"
+    value = None
+    if status == OK:
+        steps, window_s = payload["steps"], payload["window_s"]
+        per_step = rate * window_s / steps
+        compile_s = compile_estimate_s(
+            payload.get("warmup_s") or 0.0, payload.get("warmup_steps") or 0, window_s / steps
+        )
+        value = rate_objective(rate, compile_s, per_step, space.trial)
+    return VerifyRun(
+        round=number,
+        role=role,
+        trial=record.number,
+        status=status,
+        reason=reason,
+        unit=unit,
+        rate=rate if status == OK else None,
+        value=value,
+        steps=int(payload.get("steps") or 0),
+        window_s=payload.get("window_s"),
+        warmup_s=payload.get("warmup_s"),
+        wall_s=payload.get("wall_s"),
+        folder=folder,
+        result=payload,
+    )
