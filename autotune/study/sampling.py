@@ -10,24 +10,67 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 
 from ..config import Config
 from ..errors import AutotuneError
 from ..knobs import KNOBS
 from ..space import Space
 
+# The study user attr that says how the study's params stand for ordinal knobs (see
+# :func:`param`). VALUES: every study made since it exists. INDEXES: a study made by an
+# older autotune, whose params named after an ordinal knob are indexes into its values;
+# storage.open_study marks it so when it resumes one.
+ENCODING = "param_encoding"
+VALUES = "values"
+INDEXES = "indexes"
+# The suffix of a param that is an index into a knob's values (``batch_size_index``).
+INDEX = "_index"
+
+
+def param(
+    name: str, choices: tuple[Any, ...], indexes: bool = False
+) -> tuple[str, BaseDistribution]:
+    """The Optuna param that searches knob ``name`` over ``choices``: its name, distribution.
+
+    Ordinal knobs keep their order for the sampler (NOTES-optuna-torch.md measured it
+    beating categorical encoding). Optuna has no ordered distribution over arbitrary
+    values (``log=True`` admits every integer between), so evenly spaced values (0, 2, 4;
+    any two) are searched as themselves, ``IntDistribution(0, 4, step=2)``, and Optuna's
+    tools (optuna-dashboard, ``trials_dataframe()``) show them; others (batch sizes 16,
+    32, 64) by index under ``<knob>_index``, the value in the trial's user attr ``<knob>``.
+    With ``indexes`` (a study of an older autotune, see :data:`ENCODING`) only values 0 to
+    n-1, which are their own indexes, are searched under the knob's name.
+    """
+    if not KNOBS[name].ordinal:
+        return name, CategoricalDistribution(choices)
+    steps = {b - a for a, b in itertools.pairwise(choices)}
+    low, high = choices[0], choices[-1]
+    if len(steps) == 1 and (not indexes or (low, steps) == (0, {1})):
+        return name, IntDistribution(low, high, step=steps.pop())
+    return name + INDEX, IntDistribution(0, len(choices) - 1)
+
+
+def knob_of(param_name: str) -> str:
+    """The knob a param stands for: ``batch_size_index`` -> ``batch_size``."""
+    name = param_name.removesuffix(INDEX)
+    return name if name in KNOBS else param_name
+
 
 def encode(space: Space, config: Config) -> dict[str, Any]:
-    """Optuna params of ``config``: index for ordinal knobs, the value for the others.
+    """Optuna params of ``config`` as :func:`sample` asks for them (for ``enqueue_trial``).
 
-    Inactive knobs (see :attr:`Knob.requires`) have no param, as in :func:`sample`.
+    An evenly spaced ordinal knob is given as its value and as ``<knob>_index``, which a
+    study of an older autotune asks for instead (Optuna ignores a param it is not asked
+    for). Inactive knobs (see :attr:`Knob.requires`) have no param, as in :func:`sample`.
     """
     values = config.to_dict()
     params = {}
     for name, choices in space.searched.items():
         if KNOBS[name].requires(values) is None:
-            value = values[name]
-            params[name] = choices.index(value) if KNOBS[name].ordinal else value
+            for indexes in (False, True):
+                key, _ = param(name, choices, indexes)
+                params[key] = values[name] if key == name else choices.index(values[name])
     return params
 
 
@@ -50,14 +93,20 @@ def _walk(space: Space, choose: Callable[[str, tuple[Any, ...]], Any]) -> Config
 def sample(space: Space, trial: optuna.Trial) -> Config:
     """Ask the trial for a config, define-by-run: inactive knobs are not sampled.
 
-    Ordinal knobs (batch size, workers...) are searched by index so the sampler can use
-    their order; NOTES-optuna-torch.md measured this beating categorical encoding.
+    Each knob is the param :func:`param` names, in the study's :data:`ENCODING`; a knob
+    searched by index also gets its value as the trial's user attr ``<knob>``.
     """
+    indexes = trial.study.user_attrs.get(ENCODING) == INDEXES
 
     def choose(name: str, choices: tuple[Any, ...]) -> Any:
-        if KNOBS[name].ordinal:
-            return choices[trial.suggest_int(name, 0, len(choices) - 1)]
-        return trial.suggest_categorical(name, choices)
+        key, dist = param(name, choices, indexes)
+        if isinstance(dist, CategoricalDistribution):
+            return trial.suggest_categorical(key, choices)
+        value = trial.suggest_int(key, dist.low, dist.high, step=dist.step)
+        if key == name:
+            return value
+        trial.set_user_attr(name, choices[value])
+        return choices[value]
 
     return _walk(space, choose)
 
@@ -134,23 +183,25 @@ def unmeasured(
     return None
 
 
-def grid(space: Space) -> dict[str, list[Any]]:
-    """Every param value of the space, as Optuna's GridSampler wants it."""
-    return {
-        name: list(range(len(choices))) if KNOBS[name].ordinal else list(choices)
-        for name, choices in space.searched.items()
-    }
+def grid(space: Space, indexes: bool = False) -> dict[str, list[Any]]:
+    """Every param value of the space, as Optuna's GridSampler wants it (``indexes``: in
+    the encoding of a study of an older autotune, see :func:`param`)."""
+    out = {}
+    for name, choices in space.searched.items():
+        key, _ = param(name, choices, indexes)
+        out[key] = list(choices) if key == name else list(range(len(choices)))
+    return out
 
 
-def make_sampler(space: Space) -> optuna.samplers.BaseSampler:
-    """The sampler ``search.sampler`` names, seeded."""
+def make_sampler(space: Space, indexes: bool = False) -> optuna.samplers.BaseSampler:
+    """The sampler ``search.sampler`` names, seeded (``indexes``: see :func:`grid`)."""
     s = space.search
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         if s.sampler == "random":
             return optuna.samplers.RandomSampler(seed=s.seed)
         if s.sampler == "grid":
-            return optuna.samplers.GridSampler(grid(space), seed=s.seed)
+            return optuna.samplers.GridSampler(grid(space, indexes), seed=s.seed)
         if s.sampler == "tpe-independent":
             return optuna.samplers.TPESampler(
                 seed=s.seed, n_startup_trials=s.n_startup_trials, constant_liar=True
