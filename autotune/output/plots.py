@@ -3,8 +3,14 @@
 Optuna stores ordinal knobs (batch size, workers...) as an *index* into the space's value
 list (see :func:`autotune.study.sampling.sample`). The plots are drawn from in-memory copies of the
 study whose params hold the real values, read from each trial's ``user_attrs["config"]``,
-so axes say ``batch_size = 64``, not ``2``. Feasibility (Optuna constraints) is copied too:
-Optuna draws infeasible trials apart (grey) and never counts them as best.
+so axes say ``batch_size = 64``, not ``2``.
+
+Every plot that shows trials draws the three kinds of a measured trial in their own style,
+named in its legend: *ok* (blue circles; in the slice plot shaded by trial number, from a
+mid blue, so that trial 0, the baseline, stands out), *infeasible* (grey crosses: failed,
+out of memory, over the budget or off in accuracy) and *pruned* (hollow orange triangles:
+stopped early, its rate an estimate). Optuna draws the ok trials only (so only they count
+as best, and only they make the Pareto front); the other two are drawn over its axes.
 """
 
 from __future__ import annotations
@@ -17,10 +23,16 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.distributions import BaseDistribution, IntDistribution
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
 from optuna.trial import FrozenTrial, TrialState
 
 from ..knobs import KNOBS
+from ..measurement import PRUNED
 from ..results import DUPLICATE
 
 # Ordinal knobs spanning at least this ratio get a log axis (batch sizes 8..512).
@@ -28,6 +40,31 @@ LOG_AXIS_RATIO = 8
 # The memory budget is drawn in the Pareto plot when it is at most this many times the peak.
 BUDGET_LINE_RATIO = 3
 DPI = 110
+
+# The kinds of a measured trial, each drawn in its own style in every plot of trials.
+OK_KIND, INFEASIBLE_KIND, PRUNED_KIND = "ok", "infeasible", "pruned"
+KINDS = (OK_KIND, INFEASIBLE_KIND, PRUNED_KIND)
+KIND_LABELS = {
+    OK_KIND: "ok",
+    INFEASIBLE_KIND: "infeasible (failed, out of memory, over budget, off in accuracy)",
+    PRUNED_KIND: "pruned (stopped early, rate estimated)",
+}
+OK_COLOR = "tab:blue"  # Optuna's colour of a trial
+# matplotlib ``scatter`` styles of the two kinds autotune draws over Optuna's axes.
+KIND_STYLES: dict[str, dict[str, Any]] = {
+    INFEASIBLE_KIND: {"marker": "X", "color": "#5f5f5f", "s": 50, "zorder": 3},
+    PRUNED_KIND: {
+        "marker": "v",
+        "facecolors": "none",
+        "edgecolors": "tab:orange",
+        "linewidths": 1.6,
+        "s": 55,
+        "zorder": 3,
+    },
+}
+# Ok trials of the slice plot are shaded by trial number from this point of "Blues" up:
+# from 0 trial 0 (the baseline) would be white on the plot's grey background.
+TRIAL_SHADE_FROM = 0.5
 
 
 def _matplotlib() -> Any:
@@ -78,6 +115,14 @@ def _finished(trial: FrozenTrial) -> bool:
     return trial.state == TrialState.COMPLETE and "config" in trial.user_attrs
 
 
+def kind(trial: FrozenTrial) -> str:
+    """``ok``, ``infeasible`` (an Optuna constraint broken) or ``pruned`` (stopped early;
+    infeasible for Optuna too, so that it never counts as best)."""
+    if trial.user_attrs.get("status") == PRUNED:
+        return PRUNED_KIND
+    return OK_KIND if all(c <= 0 for c in trial.constraints.values()) else INFEASIBLE_KIND
+
+
 def _copy(
     trials: list[FrozenTrial],
     keep: Callable[[FrozenTrial], bool],
@@ -113,8 +158,12 @@ def _unique(t: FrozenTrial) -> bool:
     return t.user_attrs.get("role") != DUPLICATE
 
 
+def _ok(t: FrozenTrial) -> bool:
+    return kind(t) == OK_KIND
+
+
 def _feasible(t: FrozenTrial) -> bool:
-    return _unique(t) and all(c <= 0 for c in t.constraints.values())
+    return _unique(t) and _ok(t)
 
 
 def _throughput_and_memory(t: FrozenTrial) -> list[float] | None:
@@ -124,12 +173,261 @@ def _throughput_and_memory(t: FrozenTrial) -> list[float] | None:
     return [float(m["samples_per_s"]), m["peak_mem_bytes"] / 2**20]
 
 
-def _save(axes: Any, path: Path, plt: Any) -> Path:
-    first = axes.ravel()[0] if hasattr(axes, "ravel") else axes
-    fig = first.figure
-    fig.savefig(path, dpi=DPI, bbox_inches="tight")
-    plt.close(fig)
-    return path
+def _figure(axes: Any) -> Any:
+    return (axes.ravel()[0] if hasattr(axes, "ravel") else axes).figure
+
+
+def _overlay(
+    ax: Any, trials: list[FrozenTrial], point: Callable[[FrozenTrial], tuple[float, float] | None]
+) -> None:
+    """Draw the infeasible and the pruned of ``trials`` at ``point(trial)``, in their styles
+    (a trial without a point is left out)."""
+    for k in (INFEASIBLE_KIND, PRUNED_KIND):
+        found = [xy for t in trials if kind(t) == k and (xy := point(t)) is not None]
+        if found:
+            ax.scatter([x for x, _ in found], [y for _, y in found], **KIND_STYLES[k])
+
+
+def _kind_handles(counts: dict[str, int], ok: dict[str, Any]) -> tuple[list[Any], list[str]]:
+    """Legend entries for the three kinds (``ok``: the marker style of the ok points), each
+    with its count; a kind with none still says how it would look."""
+    from matplotlib.lines import Line2D
+
+    styles = {OK_KIND: ok, **KIND_STYLES}
+    handles = []
+    for k in KINDS:
+        style = styles[k]
+        handles.append(
+            Line2D(
+                [],
+                [],
+                linestyle="none",
+                marker=style.get("marker", "o"),
+                markersize=7,
+                markerfacecolor=style.get("facecolors", style.get("color")),
+                markeredgecolor=style.get("edgecolors", style.get("color")),
+                markeredgewidth=style.get("linewidths", 1.0),
+            )
+        )
+    return handles, [f"{KIND_LABELS[k]}: {counts.get(k, 0)}" for k in KINDS]
+
+
+def _legend(
+    ax: Any,
+    trials: list[FrozenTrial],
+    ok: dict[str, Any],
+    drop: tuple[str, ...] = (),
+    rename: dict[str, str] | None = None,
+) -> tuple[list[Any], list[str]]:
+    """Legend entries: the three kinds of ``trials`` first, then the axes' own labelled
+    artists (best so far, baseline, budget) but those named in ``drop`` (Optuna's own name
+    for its points), renamed by ``rename``."""
+    counts: dict[str, int] = {}
+    for t in trials:
+        counts[kind(t)] = counts.get(kind(t), 0) + 1
+    handles, labels = _kind_handles(counts, ok)
+    for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+        if label not in drop:
+            handles.append(handle)
+            labels.append((rename or {}).get(label, label))
+    return handles, labels
+
+
+def _legend_right(ax: Any, entries: tuple[list[Any], list[str]]) -> None:
+    """The legend right of the axes, off the points. The figure's layout engine (Optuna's
+    tight layout) would squeeze the axes to make room; ``savefig(bbox_inches="tight")``
+    widens the PNG instead."""
+    ax.figure.set_layout_engine("none")
+    ax.legend(*entries, loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize="small")
+
+
+def _slice_panel(
+    ax: Any, name: str, dist: BaseDistribution, trials: list[FrozenTrial], shade: dict[str, Any]
+) -> None:
+    """One knob's panel of the slice plot: the trials that have the knob, by its value."""
+    points = [(real_params(t)[name], t) for t in trials if name in t.params]
+    slots: list[Any] | None = None
+    if isinstance(dist, CategoricalDistribution):
+        seen = {v for v, _ in points}
+        slots = [c for c in dist.choices if c in seen]
+        slots += sorted(seen - set(slots), key=str)
+    x = {id(t): slots.index(v) if slots is not None else v for v, t in points}
+    ok = [t for _, t in points if kind(t) == OK_KIND]
+    if ok:
+        ax.scatter(
+            [x[id(t)] for t in ok],
+            [t.value for t in ok],
+            c=[t.number for t in ok],
+            edgecolors="#333333",
+            linewidths=0.6,
+            zorder=2,
+            **shade,
+        )
+    _overlay(ax, [t for _, t in points], lambda t: (x[id(t)], t.value))
+    ax.set_xlabel(name)
+    if slots is not None:
+        ax.set_xticks(range(len(slots)), [str(v) for v in slots])
+        ax.set_xlim(-0.5, len(slots) - 0.5)
+    elif isinstance(dist, (IntDistribution, FloatDistribution)):
+        if dist.log:
+            ax.set_xscale("log")
+        if isinstance(dist, IntDistribution):  # ticks at the values (8, 16, 32)
+            values = sorted({v for v, _ in points})
+            ax.set_xticks(values, [str(v) for v in values])
+            ax.minorticks_off()
+
+
+def _slice(
+    trials: list[FrozenTrial],
+    dists: dict[str, BaseDistribution],
+    objective_name: str,
+    plt: Any,
+) -> Any:
+    """Every trial's objective against the value of each knob, one panel per knob.
+
+    Ok trials are shaded by trial number, infeasible and pruned ones drawn in their
+    styles; ordinal knobs get ticks at their values, categorical ones one slot per value.
+    """
+    import numpy as np
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import ListedColormap, Normalize
+
+    shades = ListedColormap(plt.get_cmap("Blues")(np.linspace(TRIAL_SHADE_FROM, 1.0, 256)))
+    numbers = [t.number for t in trials]
+    norm = Normalize(min(numbers), max(max(numbers), min(numbers) + 1))
+    names = sorted(dists)
+    with plt.style.context("ggplot"):
+        fig, axes = plt.subplots(
+            1, len(names), sharey=True, squeeze=False, figsize=(max(6.4, 3.4 * len(names)), 4.8)
+        )
+        axes = axes.ravel()
+        for ax, name in zip(axes, names, strict=True):
+            _slice_panel(ax, name, dists[name], trials, {"cmap": shades, "norm": norm})
+        axes[0].set_ylabel(objective_name)
+        fig.colorbar(ScalarMappable(norm, shades), ax=list(axes), label="trial (ok trials)")
+        mid = {"marker": "o", "color": shades(0.5), "edgecolors": "#333333", "linewidths": 0.6}
+        fig.legend(
+            *_legend(axes[0], trials, mid),
+            loc="upper center",
+            bbox_to_anchor=(0.5, 0.0),
+            ncol=3,
+            fontsize="small",
+        )
+        fig.suptitle("Per-knob effect: throughput by knob value (ok trials shaded by trial number)")
+    return axes
+
+
+def draw_plots(
+    study: optuna.Study,
+    *,
+    objective_name: str = "samples/s",
+    baseline_value: float | None = None,
+    memory_budget_bytes: int | None = None,
+) -> tuple[dict[str, Any], list[str]]:
+    """Draw the report's figures (matplotlib, headless); the caller saves and closes them.
+
+    Returns:
+        Plot name -> figure (``history``, ``pareto``, ``importances``, ``slice``), and
+        notes on the plots that could not be drawn and why.
+    """
+    plt = _matplotlib()
+    from optuna.visualization import matplotlib as ovm
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    trials = study.get_trials(deepcopy=False)
+    finished = [t for t in trials if _finished(t)]
+    measured = [t for t in finished if _unique(t)]
+
+    def objective(t: FrozenTrial) -> list[float] | None:
+        return [float(t.value)] if t.value is not None else None
+
+    # Optuna draws the ok trials; the infeasible and pruned ones are drawn over its axes.
+    every = _copy(trials, _ok, objective, ["maximize"])
+    feasible = _copy(trials, _feasible, objective, ["maximize"])
+    pareto = _copy(trials, _feasible, _throughput_and_memory, ["maximize", "minimize"])
+    figures: dict[str, Any] = {}
+    notes: list[str] = []
+
+    def draw(name: str, make: Callable[[], Any], decorate: Callable[[Any], None] = None) -> None:
+        before = set(plt.get_fignums())
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # ExperimentalWarning, empty-study warnings
+                axes = make()
+                if decorate is not None:
+                    decorate(axes)
+            figures[name] = _figure(axes)
+        except (ValueError, RuntimeError, ZeroDivisionError) as e:
+            notes.append(f"{name} plot not drawn: {e}")
+            for number in set(plt.get_fignums()) - before:
+                plt.close(number)
+
+    def history(ax: Any) -> None:
+        _overlay(ax, finished, lambda t: (t.number, t.value) if t.value is not None else None)
+        if baseline_value:
+            ax.axhline(baseline_value, ls="--", color="grey", lw=1, label="baseline")
+        entries = _legend(
+            ax,
+            finished,
+            {"marker": "o", "color": OK_COLOR},
+            drop=(objective_name,),
+            rename={"Best Value": "best ok trial so far"},
+        )
+        _legend_right(ax, entries)
+        ax.set_title("Optimization history: each trial, and the best so far")
+
+    def memory_and_points(ax: Any) -> None:
+        def point(t: FrozenTrial) -> tuple[float, float] | None:
+            values = _throughput_and_memory(t)
+            return (values[0], values[1]) if values else None
+
+        _overlay(ax, measured, point)
+        drawn = [(t.number, xy) for t in measured if (xy := point(t)) is not None]
+        for number, xy in drawn:
+            ax.annotate(f"#{number}", xy, fontsize="x-small", alpha=0.8)
+        title = "Throughput vs peak memory (red: Pareto front of the ok trials)"
+        if memory_budget_bytes:
+            budget_mib = memory_budget_bytes / 2**20
+            peak_mib = max((xy[1] for _, xy in drawn), default=0.0)
+            if budget_mib <= BUDGET_LINE_RATIO * peak_mib:
+                ax.axhline(budget_mib, ls=":", color="red", lw=1, label="memory budget")
+            else:  # a line far above the points would squash them into one row
+                title += f"\nmemory budget {budget_mib:,.0f} MiB, off the scale"
+        entries = _legend(
+            ax,
+            [t for t in measured if point(t) is not None],
+            {"marker": "o", "color": OK_COLOR},
+            drop=("Trial", "Feasible Trial", "Infeasible Trial"),
+            rename={"Best Trial": "ok, on the Pareto front"},
+        )
+        _legend_right(ax, entries)
+        ax.set_title(title)
+
+    draw(
+        "history",
+        lambda: ovm.plot_optimization_history(every, target_name=objective_name),
+        history,
+    )
+    draw(
+        "pareto",
+        lambda: ovm.plot_pareto_front(pareto, target_names=[objective_name, "peak memory (MiB)"]),
+        memory_and_points,
+    )
+    if _n_params(feasible) and _n_complete(feasible) >= 2:
+        draw(
+            "importances",
+            lambda: ovm.plot_param_importances(feasible, target_name=objective_name),
+            lambda ax: ax.set_title("Knob importance for throughput (feasible trials)", loc="left"),
+        )
+    else:
+        notes.append("importances plot not drawn: needs 2 feasible trials with searched knobs")
+    valued = [t for t in measured if t.value is not None]
+    dists = _distributions(valued)
+    if dists:
+        draw("slice", lambda: _slice(valued, dists, objective_name, plt))
+    else:
+        notes.append("slice plot not drawn: no searched knobs")
+    return figures, notes
 
 
 def write_plots(
@@ -140,102 +438,25 @@ def write_plots(
     baseline_value: float | None = None,
     memory_budget_bytes: int | None = None,
 ) -> tuple[dict[str, Path], list[str]]:
-    """Draw the report's PNGs into ``folder``.
+    """Draw the report's PNGs into ``folder`` (see :func:`draw_plots`).
 
     Returns:
         Plot name -> file (``history``, ``pareto``, ``importances``, ``slice``), and
         notes on the plots that could not be drawn and why.
     """
     plt = _matplotlib()
-    from optuna.visualization import matplotlib as ovm
-
+    figures, notes = draw_plots(
+        study,
+        objective_name=objective_name,
+        baseline_value=baseline_value,
+        memory_budget_bytes=memory_budget_bytes,
+    )
     folder.mkdir(parents=True, exist_ok=True)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    trials = study.get_trials(deepcopy=False)
-
-    def objective(t: FrozenTrial) -> list[float] | None:
-        return [float(t.value)] if t.value is not None else None
-
-    every = _copy(trials, lambda t: True, objective, ["maximize"])
-    unique = _copy(trials, _unique, objective, ["maximize"])
-    feasible = _copy(trials, _feasible, objective, ["maximize"])
-    pareto = _copy(trials, _unique, _throughput_and_memory, ["maximize", "minimize"])
-    unique_dists = {
-        name: dist
-        for t in unique.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        for name, dist in t.distributions.items()
-    }
     files: dict[str, Path] = {}
-    notes: list[str] = []
-
-    def draw(name: str, make: Callable[[], Any], decorate: Callable[[Any], None] = None) -> None:
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # ExperimentalWarning, empty-study warnings
-                axes = make()
-            if decorate is not None:
-                decorate(axes)
-            files[name] = _save(axes, folder / f"{name}.png", plt)
-        except (ValueError, RuntimeError, ZeroDivisionError) as e:
-            notes.append(f"{name} plot not drawn: {e}")
-            plt.close("all")
-
-    def mark_baseline(ax: Any) -> None:
-        if baseline_value:
-            ax.axhline(baseline_value, ls="--", color="grey", lw=1, label="baseline")
-            ax.legend(loc="best", fontsize="small")
-        ax.set_title("Optimization history: each trial, and the best so far")
-
-    def label_points(ax: Any) -> None:
-        done = pareto.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        for t in done:
-            ax.annotate(f"#{t.number}", t.values, fontsize="x-small", alpha=0.8)
-        title = "Throughput vs peak memory (red: Pareto front)"
-        if memory_budget_bytes:
-            budget_mib = memory_budget_bytes / 2**20
-            peak_mib = max((t.values[1] for t in done), default=0.0)
-            if budget_mib <= BUDGET_LINE_RATIO * peak_mib:
-                ax.axhline(budget_mib, ls=":", color="red", lw=1, label="memory budget")
-                ax.legend(loc="best", fontsize="small")
-            else:  # a line far above the points would squash them into one row
-                title += f"\nmemory budget {budget_mib:,.0f} MiB, off the scale"
-        ax.set_title(title)
-
-    def knob_ticks(axes: Any) -> None:
-        """Ticks at the values of ordinal knobs (batch sizes 8, 16, 32), not 0.5 steps."""
-        many = hasattr(axes, "ravel")
-        for ax in axes.ravel() if many else [axes]:
-            dist = unique_dists.get(ax.get_xlabel())
-            if isinstance(dist, IntDistribution):
-                name = ax.get_xlabel()  # a conditional knob is a param of some trials only
-                values = sorted({t.params[name] for t in unique.trials if name in t.params})
-                ax.set_xticks(values, [str(v) for v in values])
-                ax.minorticks_off()
-        title = "Per-knob effect: throughput by knob value (colour: trial number; grey: infeasible)"
-        (axes.ravel()[0].figure.suptitle if many else axes.set_title)(title)
-
-    draw(
-        "history",
-        lambda: ovm.plot_optimization_history(every, target_name=objective_name),
-        mark_baseline,
-    )
-    draw(
-        "pareto",
-        lambda: ovm.plot_pareto_front(pareto, target_names=[objective_name, "peak memory (MiB)"]),
-        label_points,
-    )
-    if _n_params(feasible) and _n_complete(feasible) >= 2:
-        draw(
-            "importances",
-            lambda: ovm.plot_param_importances(feasible, target_name=objective_name),
-            lambda ax: ax.set_title("Knob importance for throughput (feasible trials)", loc="left"),
-        )
-    else:
-        notes.append("importances plot not drawn: needs 2 feasible trials with searched knobs")
-    if _n_params(unique):
-        draw("slice", lambda: ovm.plot_slice(unique, target_name=objective_name), knob_ticks)
-    else:
-        notes.append("slice plot not drawn: no searched knobs")
+    for name, figure in figures.items():
+        files[name] = folder / f"{name}.png"
+        figure.savefig(files[name], dpi=DPI, bbox_inches="tight")
+        plt.close(figure)
     return files, notes
 
 

@@ -11,7 +11,7 @@ from workloads import MLP, Blobs, _loss
 from autotune import Config, apply, load_space
 from autotune.study.runner import profile_trial
 from autotune.trial.apply import PHASE_PREFIX, phase
-from autotune.trial.profile import Event, summarize
+from autotune.trial.profile import Event, _plain, summarize
 
 
 def _phase_events(**phases_us: float) -> list[Event]:
@@ -52,6 +52,55 @@ def test_summary_shares_add_up_and_syncs_are_cut_out_of_their_phase():
     assert s["top_kernels"][0]["name"] == "some_kernel"
 
 
+def test_ops_are_placed_in_the_phase_they_ran_in():
+    events = _phase_events(data=400, to_device=50, forward=250, backward=200, optimizer=100)
+    events += [
+        Event("aten::copy_", 10, 310, 300),  # in the dataset's __getitem__
+        Event("aten::copy_", 460, 520, 60),  # an autocast cast in forward
+        Event("aten::copy_", 1005, 1010, 5),  # between two steps
+        Event("aten::_local_scalar_dense", 20, 30, 10),  # int(label) of a host tensor
+        Event("aten::_local_scalar_dense", 800, 860, 5),  # loss.item() that waits on the GPU
+        Event("cudaStreamSynchronize", 805, 855, 50),
+        Event("cudaStreamSynchronize", 420, 440, 20),  # a blocking batch copy
+        Event("gemm_kernel", 470, 600, 130, on_device=True),
+    ]
+    s = summarize(events, wall_s=1100e-6, steps=1, device="cuda")
+    (copy,) = [op for op in s["top_ops"] if op["name"] == "aten::copy_"]
+    assert copy["share"] == pytest.approx(365 / 1100)
+    assert copy["phases"] == pytest.approx(
+        {"data": 300 / 1100, "forward": 60 / 1100, "other": 5 / 1100}
+    )
+    assert s["host_reads_per_step"] == 1  # only the read that waited for the device
+    assert s["sync_shares"] == pytest.approx({"backward": 50 / 1100, "to_device": 20 / 1100})
+    assert s["shares"]["to_device"] == pytest.approx(30 / 1100)
+    assert "phases" not in s["top_kernels"][0]  # a kernel runs after its phase, not in it
+
+
+class _Converting(Blobs):
+    """A dataset whose __getitem__ converts dtypes and reads a label: data-loading work."""
+
+    def __getitem__(self, i: int):
+        x = self.x[i].double()
+        for _ in range(50):
+            x = x.float().double()
+        return x.float(), int(self.y[i].item())
+
+
+def test_copies_in_the_datasets_getitem_count_as_data_loading():
+    torch.manual_seed(0)
+    a = apply(Config(batch_size=16), model=MLP(), dataset=_Converting(), loss=_loss, device="cpu")
+    batches = iter(a.loader)
+    a.train_step(batches)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        a.train_step(batches)
+    s = summarize([_plain(e) for e in prof.events()], wall_s=1.0, steps=1, device="cpu")
+    conversions = [op for op in s["top_ops"] if op["name"] in ("aten::copy_", "aten::_to_copy")]
+    assert conversions
+    for op in conversions:
+        assert op["phases"].get("data", 0.0) > 0.75 * op["share"], op
+    assert s["host_reads_per_step"] == 0  # 16 label reads of host tensors wait for nothing
+
+
 def test_a_real_profile_runs_in_a_subprocess_and_writes_a_trace(write_space, tmp_path):
     space = load_space(
         write_space("""
@@ -65,6 +114,7 @@ def test_a_real_profile_runs_in_a_subprocess_and_writes_a_trace(write_space, tmp
     assert sum(p["shares"].values()) == pytest.approx(1.0)
     assert p["shares"]["forward"] + p["shares"]["backward"] > 0
     assert p["config"]["accumulation_steps"] == 2
+    assert p["cpu_count"] >= 1 and all("phases" in op for op in p["top_ops"])
     trace = json.loads((tmp_path / "p" / "trace.json").read_text())
     assert any(e.get("name") == PHASE_PREFIX + "forward" for e in trace["traceEvents"])
     assert p["trace_path"] == str((tmp_path / "p" / "trace.json").resolve())
