@@ -23,8 +23,9 @@ from .measurement import OK, PRUNED, Measurement
 BASELINE, SEARCH, DUPLICATE, REPEAT = "baseline", "search", "duplicate", "repeat"
 CONFIRM = "confirm"
 FREE_BATCH_WARNING = "global batch was free: convergence may differ from the baseline"
-# A knob whose measured contribution is not above 1 by more than its noise (half the range
-# of its per-round ratios), and at least this much, is dropped from the recommendation.
+# A knob of the winner is kept only if every paired round shows it worth more than this
+# (strict: a knob adopted needlessly is a risk); the reduced config is taken unless its
+# median over the rounds is slower than the winner by more than this.
 MIN_GAIN = 0.02
 
 
@@ -82,8 +83,8 @@ class Contribution:
 
     ``ratios`` holds, per round, the winner's value over the ablated config's (above 1:
     the knob helps). ``failed`` is the reason the ablated config was infeasible (the knob
-    is then needed). ``noise`` is half the range of the ratios, at least :data:`MIN_GAIN`;
-    the knob is ``kept`` when its median ratio is above 1 by more than that.
+    is then needed). The knob is ``kept`` when every round shows a gain above
+    :data:`MIN_GAIN` (or it is needed, or was not measured); otherwise it is within noise.
     """
 
     knob: str
@@ -98,14 +99,10 @@ class Contribution:
         return statistics.median(self.ratios) if self.ratios else None
 
     @property
-    def noise(self) -> float:
-        return max(MIN_GAIN, _half_range(self.ratios))
-
-    @property
     def kept(self) -> bool:
-        if self.failed or self.median is None:  # needed, or not measured: not proven neutral
+        if self.failed or not self.ratios:  # needed, or not measured: not proven neutral
             return True
-        return self.median > 1 + self.noise
+        return min(self.ratios) > 1 + MIN_GAIN
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -118,7 +115,6 @@ class Contribution:
             if self.ratios
             else None,
             "rounds": len(self.ratios),
-            "noise": round(self.noise, 4),
             "kept": self.kept,
             "failed": self.failed or None,
         }
@@ -128,8 +124,10 @@ class Contribution:
 class Reduction:
     """The winner with its neutral knobs (``knobs``) back at the baseline's values,
     measured in paired rounds with the winner: ``ratios`` per round, reduced over winner.
-    ``accepted`` when it is within noise of the winner (not slower by more than half the
-    ratios' range, at least :data:`MIN_GAIN`): it is then the recommendation."""
+    ``accepted`` when it is within noise of the winner (its median ratio is not below
+    1 - :data:`MIN_GAIN`): it is then the recommendation. The median, not every round: a
+    knob dropped because one disturbed round hid its gain makes the reduced config slower
+    in the other rounds, and the winner is kept."""
 
     knobs: tuple[str, ...]
     record: TrialRecord | None
@@ -141,9 +139,9 @@ class Reduction:
 
     @property
     def accepted(self) -> bool:
-        if self.record is None or not self.record.feasible or self.median is None:
+        if self.record is None or not self.record.feasible or not self.ratios:
             return False
-        return self.median >= 1 - max(MIN_GAIN, _half_range(self.ratios))
+        return statistics.median(self.ratios) >= 1 - MIN_GAIN
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -356,3 +358,28 @@ def gpt2(n: int = 128) -> autotune.Workload:
     g = torch.Generator().manual_seed(0)
     lengths = (8 + torch.rand(n, generator=g) ** 3 * 88).long().tolist()
     return autotune.hf.workload(model=model, dataset=lambda: Texts(lengths), pad_id=0)
+
+
+class _SlowCollate:
+    """Collates a batch after ``seconds`` of sleep: a per-batch data cost that DataLoader
+    workers overlap without taking a core from the training step."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def __call__(self, samples):
+        time.sleep(self.seconds)
+        return torch.utils.data.default_collate(samples)
+
+
+def data_bound(seconds: float = 0.03) -> autotune.Workload:
+    """Data-bound by a per-batch cost: larger batches (fewer of them per sample) and workers
+    each speed it up several-fold; knobs of the training step do next to nothing."""
+    return autotune.Workload(
+        name="data-bound",
+        model=MLP,
+        dataset=Blobs,
+        loss=_loss,
+        optimizer=lambda params: torch.optim.SGD(params, lr=0.1),
+        collate_fn=_SlowCollate(seconds),
+    )

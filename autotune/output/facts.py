@@ -10,6 +10,7 @@ from ..knobs import show
 from ..measurement import TOKENS, Measurement
 from ..results import (
     FREE_BATCH_WARNING,
+    MIN_GAIN,
     Contribution,
     TrialRecord,
     TuneResult,
@@ -103,7 +104,7 @@ def contribution_text(c: Contribution) -> str:
     if c.median is None:
         return f"{head}: not measured"
     low, high = min(c.ratios), max(c.ratios)
-    verdict = "kept" if c.kept else f"within noise (±{c.noise:.0%}): dropped"
+    verdict = "kept" if c.kept else f"not above {1 + MIN_GAIN:.2f}x in every round: dropped"
     return f"{head}: {c.median:.2f}x, range {low:.2f}-{high:.2f}x, {verdict}"
 
 

@@ -1,7 +1,8 @@
 """The report's plots, drawn by Optuna's matplotlib visualisation, headless.
 
-Optuna stores ordinal knobs (batch size, workers...) as an *index* into the space's value
-list (see :func:`autotune.study.sampling.sample`). The plots are drawn from in-memory copies of the
+Optuna stores ordinal knobs with unevenly spaced values (batch sizes 16, 32, 64) as an
+*index* param ``<knob>_index`` into the space's value list (see
+:func:`autotune.study.sampling.sample`). The plots are drawn from in-memory copies of the
 study whose params hold the real values, read from each trial's ``user_attrs["config"]``,
 so axes say ``batch_size = 64``, not ``2``.
 
@@ -34,6 +35,7 @@ from optuna.trial import FrozenTrial, TrialState
 from ..knobs import KNOBS
 from ..measurement import PRUNED
 from ..results import DUPLICATE
+from ..study.sampling import knob_of
 
 # Ordinal knobs spanning at least this ratio get a log axis (batch sizes 8..512).
 LOG_AXIS_RATIO = 8
@@ -84,12 +86,15 @@ def _is_ordinal(name: str, dist: BaseDistribution) -> bool:
 
 
 def real_params(trial: FrozenTrial) -> dict[str, Any]:
-    """The trial's params with ordinal indexes replaced by the knob values they stand for."""
+    """The trial's params by knob, ordinal ones as the knob values they stand for
+    (``batch_size_index`` 2 -> ``batch_size`` 64, from the trial's config)."""
     config = trial.user_attrs.get("config", {})
-    return {
-        name: config.get(name, value) if _is_ordinal(name, trial.distributions[name]) else value
-        for name, value in trial.params.items()
-    }
+    out = {}
+    for name, value in trial.params.items():
+        knob = knob_of(name)
+        ordinal = _is_ordinal(knob, trial.distributions[name])
+        out[knob] = config.get(knob, value) if ordinal else value
+    return out
 
 
 def _distributions(trials: list[FrozenTrial]) -> dict[str, BaseDistribution]:
@@ -97,9 +102,10 @@ def _distributions(trials: list[FrozenTrial]) -> dict[str, BaseDistribution]:
     seen: dict[str, list[Any]] = {}
     original: dict[str, BaseDistribution] = {}
     for t in trials:
+        for name, dist in t.distributions.items():
+            original.setdefault(knob_of(name), dist)
         for name, value in real_params(t).items():
             seen.setdefault(name, []).append(value)
-            original.setdefault(name, t.distributions[name])
     out: dict[str, BaseDistribution] = {}
     for name, values in seen.items():
         if not _is_ordinal(name, original[name]):
@@ -245,7 +251,7 @@ def _slice_panel(
     ax: Any, name: str, dist: BaseDistribution, trials: list[FrozenTrial], shade: dict[str, Any]
 ) -> None:
     """One knob's panel of the slice plot: the trials that have the knob, by its value."""
-    points = [(real_params(t)[name], t) for t in trials if name in t.params]
+    points = [(p[name], t) for t in trials if name in (p := real_params(t))]
     slots: list[Any] | None = None
     if isinstance(dist, CategoricalDistribution):
         seen = {v for v, _ in points}

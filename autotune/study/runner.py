@@ -65,6 +65,7 @@ def _spawn(
     err: Any,
     world_size: int = 1,
     extra_env: dict[str, str] | None = None,
+    module: str = "autotune.trial",
 ) -> subprocess.Popen:
     env = {**os.environ, **(extra_env or {})}
     # The child must import this very autotune, even when it is not installed.
@@ -72,7 +73,7 @@ def _spawn(
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     env.setdefault("PYTHONUNBUFFERED", "1")
     env["AUTOTUNE_DRIVER_PID"] = str(os.getpid())
-    argv = [sys.executable, "-m", "autotune.trial"]
+    argv = [sys.executable, "-m", module]
     if world_size > 1:  # torch.distributed.run starts the ranks (autotune.trial.guard)
         argv += ["--ranks", str(world_size)]
     return subprocess.Popen(
@@ -128,14 +129,15 @@ def run_child(
     memory_cap_bytes: int | None = None,
     stop_early: Callable[[], str | None] | None = None,
     env: dict[str, str] | None = None,
+    module: str = "autotune.trial",
 ) -> dict[str, Any]:
     """Run ``python -m autotune.trial`` on ``spec`` in ``folder``; return its result payload.
 
     A child that dies, overruns ``timeout_s`` or ``memory_cap_bytes`` (its whole process
     group, DataLoader workers included), or that ``stop_early()`` gives a reason to stop,
     is killed and yields a payload with that status and reason. ``env`` adds environment
-    variables. This function raises only on KeyboardInterrupt, after killing the child's
-    process group.
+    variables; ``module`` is what runs (``autotune.trial.verify`` for a verify run). This
+    function raises only on KeyboardInterrupt, after killing the child's process group.
     """
     folder.mkdir(parents=True, exist_ok=True)
     spec_path, result_path = folder / "spec.json", folder / "result.json"
@@ -144,7 +146,7 @@ def run_child(
     start = time.perf_counter()
     with open(folder / "stdout.log", "wb") as out, open(folder / "stderr.log", "wb") as err:
         world_size = int(spec.get("config", {}).get("world_size", 1))
-        proc = _spawn(spec_path, result_path, out, err, world_size, env)
+        proc = _spawn(spec_path, result_path, out, err, world_size, env, module)
         try:
             stopped = _supervise(proc, timeout_s, memory_cap_bytes, stop_early)
         except BaseException:

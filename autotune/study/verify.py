@@ -18,11 +18,7 @@ Each run's folder (``<runs>/<study>/verify/r<round>-<role>/``) holds ``spec.json
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import subprocess
-import sys
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -32,7 +28,7 @@ from ..errors import ArgumentError, StorageError
 from ..measurement import FAILED, OK, TOKENS, compile_estimate_s
 from ..results import TrialRecord, TuneResult
 from ..space import Space
-from .runner import _describe_exit, _kill_group, _last_line, _supervise
+from . import runner
 from .scoring import rate_objective
 from .storage import load_result
 
@@ -179,47 +175,14 @@ def run_child(
 ) -> dict[str, Any]:
     """Run ``python -m autotune.trial.verify`` on ``spec`` in ``folder``; its payload.
 
-    Supervised like a trial (:mod:`autotune.study.runner`): its own process group, killed
-    with its DataLoader workers past ``timeout_s`` or ``memory_cap_bytes``, dying with the
-    driver. Never raises for a failing run (the payload has its status and reason), only
-    on KeyboardInterrupt, after killing the process group.
+    Supervised like a trial (:func:`autotune.study.runner.run_child`): its own process
+    group, killed with its DataLoader workers past ``timeout_s`` or ``memory_cap_bytes``,
+    dying with the driver. Never raises for a failing run (the payload has its status and
+    reason), only on KeyboardInterrupt, after killing the process group.
     """
-    folder.mkdir(parents=True, exist_ok=True)
-    spec_path, result_path = folder / "spec.json", folder / "result.json"
-    spec_path.write_text(json.dumps(spec, indent=1, default=str))
-    result_path.unlink(missing_ok=True)
-    env = dict(os.environ)
-    package_root = str(Path(__file__).resolve().parent.parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    env["AUTOTUNE_DRIVER_PID"] = str(os.getpid())
-    start = time.perf_counter()
-    with open(folder / "stdout.log", "wb") as out, open(folder / "stderr.log", "wb") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", MODULE, str(spec_path), str(result_path)],
-            stdout=out,
-            stderr=err,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,
-        )
-        try:
-            stopped = _supervise(proc, timeout_s, memory_cap_bytes, None)
-        except BaseException:
-            _kill_group(proc)
-            raise
-        _kill_group(proc)
-    if stopped is not None:
-        return {**stopped, "wall_s": time.perf_counter() - start}
-    if result_path.exists():
-        return json.loads(result_path.read_text())
-    reason = _describe_exit(proc.returncode).replace("trial process", "verify process")
-    tail = _last_line(folder / "stderr.log")
-    return {
-        "status": FAILED,
-        "reason": f"{reason}: {tail}" if tail else reason,
-        "wall_s": time.perf_counter() - start,
-    }
+    return runner.run_child(
+        spec, folder, timeout_s, memory_cap_bytes=memory_cap_bytes, module=MODULE
+    )
 
 
 def check_arguments(rounds: int, steps_factor: int, timeout_s: float | None = None) -> None:
