@@ -178,7 +178,8 @@ class TuneResult:
         ``confirmation`` is the study's record of its confirmation (the ``confirmation``
         user attr, see :mod:`autotune.study.confirm`): the finalists, and per winner the
         config keys of its ablations and of its reduced config. With it, the winner is
-        the finalist (or the baseline) with the highest median paired ratio, and the
+        the config measured in the rounds (a finalist, an ablation or the baseline) with
+        the highest median paired ratio, and the
         recommendation is the reduced config when that is within noise of the winner.
         Without it, configs rank by their (median) value.
         """
@@ -188,8 +189,13 @@ class TuneResult:
         conf = confirmation or {}
         by_number = {t.number: t for t in trials}
         finalists = [by_number[n] for n in conf.get("finalists", []) if n in by_number]
-        if finalists:
-            pool = {t.number: t for t in [*finalists, baseline] if t is not None and t.feasible}
+        if finalists:  # every config measured in the rounds may win, ablations included
+            confirmed = [t for t in trials if t.ratios]
+            pool = {
+                t.number: t
+                for t in [*finalists, *confirmed, baseline]
+                if t is not None and t.feasible
+            }
             top = sorted(
                 pool.values(),
                 key=lambda t: t.ratio if t.ratio is not None else t.value,

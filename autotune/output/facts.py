@@ -138,12 +138,17 @@ def _proof_facts(result: TuneResult) -> list[Fact]:
             )
         else:
             median = "not measured" if reduction.median is None else f"{reduction.median:.3f}"
+            why = (
+                f"{dropped} did not gain more than {MIN_GAIN:.0%} in every round, but without "
+                "it the median is slower"
+                if len(reduction.knobs) == 1
+                else f"{dropped} (each within noise) are worth more than that together"
+            )
             facts.append(
                 Fact(
                     "reduced",
                     "simplest config within noise",
-                    f"dropping {dropped} (each within noise) made it slower together "
-                    f"(reduced/full median {median}): the full winner is kept",
+                    f"{why} (reduced/full median {median}): the full winner is kept",
                     WARNING,
                 )
             )

@@ -80,15 +80,18 @@ img { max-width: 100%; border: 1px solid #eee; }
 
 _CAPTIONS = {
     "history": "Each trial's throughput in the order the sampler ran them; the line is the "
-    "best feasible so far, the dashed line the baseline. Infeasible trials "
-    "(over memory, accuracy, crashed) are drawn apart and never count as best.",
+    "best feasible so far, the dashed line the baseline. Ok trials are blue circles, "
+    "infeasible ones (over memory, accuracy, crashed) grey crosses, pruned ones (stopped "
+    "early, their rate an estimate) hollow orange triangles; only ok trials count as best.",
     "pareto": "Throughput against peak memory, one point per measured config (#: trial "
     "number). Red points are the Pareto front: no other config is both faster and "
-    "lighter. Pick from the front when you need memory headroom.",
+    "lighter. Pick from the front when you need memory headroom. Infeasible and pruned "
+    "trials are drawn in their own styles (see the legend) and are never on the front.",
     "importances": "How much of the throughput's variation each knob explains (Optuna's "
     "PED-ANOVA, over feasible trials). A knob near 0 barely matters on this machine.",
     "slice": "Per-knob effect: every trial's throughput against the value of each knob "
-    "(real values, not Optuna's indexes). A clear trend says which way to move the knob.",
+    "(real values, not Optuna's indexes; ok trials shaded by trial number, infeasible and "
+    "pruned ones in their own styles). A clear trend says which way to move the knob.",
 }
 
 

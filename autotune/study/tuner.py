@@ -278,10 +278,10 @@ class Tuner:
         winner = self._confirmed(study, conf).winner
         if winner is None or winner.role == BASELINE or not search.ablate:
             return
-        if str(winner.number) not in conf["ablations"]:  # the rounds crowned another finalist
-            plan = [*anchor, winner.config, *self._ablations(conf, winner)]
+        if str(winner.number) not in conf["ablations"]:  # the rounds crowned another config
+            missing = self._unpaired(study, winner, self._ablations(conf, winner))
             study.set_user_attr("confirmation", conf)
-            if not self._rounds(study, conf, plan):
+            if missing and not self._rounds(study, conf, [*anchor, winner.config, *missing]):
                 return
         result = self._confirmed(study, conf)
         dropped = [c.knob for c in result.contributions if not c.kept]
@@ -306,6 +306,17 @@ class Tuner:
         conf["ablations"][str(winner.number)] = {k: c.key() for k, c in configs.items()}
         self.notes += [n for n in notes if n not in self.notes]
         return list(configs.values())
+
+    @staticmethod
+    def _unpaired(study: optuna.Study, winner: TrialRecord, configs: list[Config]) -> list[Config]:
+        """The ``configs`` that ran in no confirmation round with ``winner`` (an ablation
+        of a new winner is often measured already: the baseline, another finalist)."""
+        rounds: dict[str, set[int]] = {}
+        for t in records(study):
+            if t.round is not None:
+                rounds.setdefault(t.config.key(), set()).add(t.round)
+        ours = rounds.get(winner.config.key(), set())
+        return [c for c in configs if not rounds.get(c.key(), set()) & ours]
 
     def _confirmed(self, study: optuna.Study, conf: dict[str, Any]) -> TuneResult:
         return TuneResult.from_trials(

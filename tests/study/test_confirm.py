@@ -214,3 +214,51 @@ def test_one_aggregation_in_summary_best_config_and_report(write_space, tmp_path
     assert [c.to_dict() for c in loaded.contributions] == [
         c.to_dict() for c in result.contributions
     ]
+
+
+class Lucky(ReplayBackend):
+    """The table's rates, except a lucky first run of one config (1.3x its true rate)."""
+
+    def __init__(self, table: dict, lucky: Config) -> None:
+        super().__init__(table)
+        self.lucky = lucky
+
+    def run_trial(self, space, config, folder, best_value=None):
+        m = super().run_trial(space, config, folder, best_value)
+        if config == self.lucky and self.calls.count(config) == 1:
+            return m.replace(samples_per_s=m.samples_per_s * 1.3)
+        return m
+
+
+def test_a_lucky_search_run_loses_to_the_rounds_and_the_new_winner_is_ablated(
+    write_space, tmp_path
+):
+    effects = {
+        "batch_size": 2.0,
+        "num_workers": 1.2,
+        "zero_grad_set_to_none": 1.05,
+        "gradient_checkpointing": 0.95,  # costs: only a lucky first run made it look good
+    }
+    space = load_space(write_space(SPACE))
+    lucky = space.config_from(
+        {
+            "batch_size": 32,
+            "num_workers": 1,
+            "zero_grad_set_to_none": True,
+            "gradient_checkpointing": True,
+        }
+    )
+    backend = Lucky(_table(effects), lucky)
+    result = tune(space, storage="memory", out_dir=tmp_path, backend=backend)
+    # The rounds rank by the median: the lucky config is not the winner, its ablation is.
+    assert result.winner.config == lucky.replace(gradient_checkpointing=False)
+    assert round(result.speedup, 6) == round(2.0 * 1.2 * 1.05, 6)
+    # The new winner's own ablations ran in rounds of their own (3 rounds x baseline,
+    # winner and its 3 ablations), after the first plan's 3 x 6.
+    assert len(backend.calls) == 16 + 18 + 15
+    assert {c.knob for c in result.contributions} == {
+        "batch_size",
+        "num_workers",
+        "zero_grad_set_to_none",
+    }
+    assert all(c.kept for c in result.contributions)

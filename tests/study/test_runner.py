@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from autotune import Config, load_space
 from autotune.study.runner import probe, run_trial
+from autotune.study.scoring import objective, rate_objective
 from autotune.study.storage import records
 
 
@@ -91,3 +92,39 @@ def test_compiler_failures_are_recorded_with_a_readable_reason(write_space, tmp_
     m = trial("tiny_attention", Config(sdpa_backend="efficient"))  # no such kernel on CPU
     assert m.status == "failed"
     assert m.reason.startswith("sdpa_backend=efficient: torch has no such attention kernel")
+
+
+def test_each_compiled_config_compiles_cold_once_in_its_own_cache(write_space, tmp_path):
+    space = load_space(
+        write_space("""
+        workload: {workloads}:tiny
+        global_batch: 32
+        trial: {warmup_steps: 2, measured_steps: 3, planned_steps: 100}
+    """)
+    )
+    a = Config(batch_size=16, accumulation_steps=2, compile_mode="default")
+    b = Config(batch_size=32, compile_mode="default")
+    runs = tmp_path / "runs"
+    first_a = run_trial(space, a, runs / "trial-0001")
+    first_b = run_trial(space, b, runs / "trial-0002")  # after a: still a cold compile
+    again_b = run_trial(space, b, runs / "trial-0003")
+    eager = run_trial(space, Config(batch_size=32), runs / "trial-0004")
+    for m in (first_a, first_b, again_b, eager):
+        assert m.ok, m.reason
+    assert (first_a.compile_cache, first_b.compile_cache, again_b.compile_cache) == (
+        "cold",
+        "cold",
+        "warm",
+    )
+    caches = sorted((runs / "compile-cache").iterdir())
+    assert len(caches) == 2 and all(any(c.iterdir()) for c in caches)  # one per config
+    # torch.compile's own counters; an eager config compiles nothing.
+    assert all(m.compile_s > 0 for m in (first_a, first_b, again_b))
+    assert eager.compile_s is None and eager.compile_cache is None
+    # The planned run of a warm repeat is charged the config's cold compile.
+    cold = objective(again_b, space.trial, cold_compile_s=first_b.compile_s)
+    expected = rate_objective(again_b.rate, first_b.compile_s, again_b.per_step, space.trial)
+    assert cold == expected < again_b.rate
+    assert objective(first_b, space.trial, cold_compile_s=123.0) == rate_objective(
+        first_b.rate, first_b.compile_s, first_b.per_step, space.trial
+    )  # a cold run keeps its own figure
