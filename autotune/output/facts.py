@@ -237,7 +237,7 @@ def summary_facts(result: TuneResult) -> list[Fact]:
                 f"{m.recompiles} after the first step, {m.recompile_s or 0:.1f} s",
             )
         )
-    if result.within_noise and result.runner_up is not None:
+    if result.within_noise and result.runner_up is not None and result.best is result.winner:
         up, win = result.runner_up, result.winner
         if win is not None and win.ratio_range and up.ratio_range:
             why = (
