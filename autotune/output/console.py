@@ -68,7 +68,10 @@ def summary_table(result: TuneResult) -> Table:
     """Every measured config: status, objective (median of its runs), memory, compile."""
     tokens = result.unit == TOKENS
     rate = f"{result.unit}/s"
-    table = Table(title=f"study {result.study_name}: {len(result.trials)} trials")
+    title = f"study {result.study_name}: {len(result.trials)} configs"
+    if any(t.ratios for t in result.trials):
+        title += " (xN: the median of N paired confirmation rounds; vs baseline: their ratios)"
+    table = Table(title=title)
     columns = ["#", "role", "config", "status", rate, "vs baseline", "peak mem"]
     columns += ["padding"] if tokens else []
     columns += ["compile s", "step cv"]
@@ -82,8 +85,8 @@ def summary_table(result: TuneResult) -> Table:
             f"{t.number}{mark}",
             t.role,
             t.config.short(),
-            t.status if t.feasible else escape(f"{t.status}: {t.reason[:70]}"),
-            (f"{t.value:,.1f}" + (f" (x{t.runs}, ±{t.spread / 2:.1%})" if t.runs > 1 else ""))
+            t.status if t.feasible else escape(f"{t.status}: {t.reason[:40]}"),
+            (f"{t.value:,.1f}" + (f" (x{t.runs})" if t.runs > 1 else ""))
             if m.rate
             else "-",
             _vs_baseline(t, result)

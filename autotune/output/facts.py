@@ -92,7 +92,7 @@ def compile_cell(record: TrialRecord) -> str:
     if record.compile_warm_s is not None:
         text += f" / {record.compile_warm_s:.1f} warm"
     if m.recompiles:
-        text += f" ({m.recompiles} recompiles)"
+        text += f" +{m.recompiles} recompiles"
     return text
 
 

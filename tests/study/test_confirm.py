@@ -209,6 +209,21 @@ def test_one_aggregation_in_summary_best_config_and_report(write_space, tmp_path
         f"{result.speedup:.2f}x ({result.baseline.value:,.1f} -> {best.value:,.1f}"
     )
     assert f"median of {best.runs} paired rounds" in speedup.text
+    # The HTML report draws each knob's contribution with the same words.
+    import html
+
+    from autotune.output.facts import contribution_text
+    from autotune.output.html import render_html
+
+    page = render_html(result, {}, {}, [])
+    assert "What each knob contributes" in page
+    assert all(html.escape(contribution_text(c)) in page for c in result.contributions)
+    # The exports' header quotes the same figures.
+    from autotune.output.export import export_config
+
+    full = yaml.safe_load(result.best_config_path.read_text())
+    header = export_config(full["config"], "hf", evidence=full).splitlines()[0]
+    assert speedup.text.split(", median")[0] in header
     # The stored study reads back to the same recommendation and figures.
     assert loaded.best.number == best.number and loaded.speedup == result.speedup
     assert [c.to_dict() for c in loaded.contributions] == [
