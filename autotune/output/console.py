@@ -86,9 +86,7 @@ def summary_table(result: TuneResult) -> Table:
             t.role,
             t.config.short(),
             t.status if t.feasible else escape(f"{t.status}: {t.reason[:40]}"),
-            (f"{t.value:,.1f}" + (f" (x{t.runs})" if t.runs > 1 else ""))
-            if m.rate
-            else "-",
+            (f"{t.value:,.1f}" + (f" (x{t.runs})" if t.runs > 1 else "")) if m.rate else "-",
             _vs_baseline(t, result)
             + (f" ({min(t.ratios):.2f}-{max(t.ratios):.2f})" if paired and t.ratios else ""),
             fmt_bytes(m.peak_mem_bytes),
