@@ -65,3 +65,52 @@ def test_best_config_yaml_loads_back_and_carries_the_evidence(tmp_path):
     assert data["measured"]["speedup"] == 1.5 and data["measured"]["baseline_trial"] == 0
     assert "convergence may differ" in data["measured"]["warning"]  # free global batch
     assert path.read_text().startswith("# autotune recommendation.")
+
+
+def paired(number, batch, value, round_, role=REPEAT, repeat_of=None, status="ok"):
+    return TrialRecord(
+        number,
+        Config(batch_size=batch),
+        OK,
+        value,
+        role,
+        status=status,
+        reason="out of memory" if status != "ok" else "",
+        repeat_of=repeat_of,
+        round=round_,
+    )
+
+
+def _rounds(b16: list[float], b32: list[float], status32: str = "ok") -> list[TrialRecord]:
+    """Baseline (bs 8, 100 every round), bs 16 and bs 32 in three paired rounds."""
+    trials = [run(0, 8, 100.0, BASELINE), run(1, 16, 500.0), run(2, 32, 150.0)]
+    n = 3
+    for r in range(3):
+        trials.append(paired(n, 8, 100.0, r, repeat_of=0))
+        trials.append(paired(n + 1, 16, b16[r], r, repeat_of=1))
+        status = status32 if r == 2 else "ok"
+        trials.append(paired(n + 2, 32, b32[r], r, repeat_of=2, status=status))
+        n += 3
+    return trials
+
+
+def test_paired_rounds_rank_by_the_median_ratio_and_flag_overlapping_ranges():
+    conf = {"finalists": [1, 2]}
+    # bs 16's lucky search run (500) counts for nothing: its rounds say 1.2x.
+    result = TuneResult.from_trials("s", "m", _rounds([120, 118, 125], [140, 150, 145]), conf)
+    assert result.winner.number == 2 and result.best.number == 2
+    assert result.best.ratios == (1.4, 1.5, 1.45) and result.speedup == 1.45
+    assert result.best.value == 145.0 and result.best.runs == 3  # the search run is not in it
+    assert result.within_noise is False  # 1.18-1.25 against 1.40-1.50
+    close = TuneResult.from_trials("s", "m", _rounds([120, 142, 125], [140, 150, 130]), conf)
+    assert close.winner.number == 2 and close.within_noise  # 1.20-1.42 overlaps 1.30-1.50
+
+
+def test_a_failed_round_run_makes_its_config_infeasible():
+    conf = {"finalists": [1, 2]}
+    result = TuneResult.from_trials(
+        "s", "m", _rounds([120, 118, 125], [140, 150, 0.0], status32="oom"), conf
+    )
+    folded = next(t for t in result.trials if t.number == 2)
+    assert not folded.feasible and "out of memory" in folded.reason
+    assert result.winner.number == 1 and result.best.number == 1
