@@ -23,9 +23,9 @@ from .measurement import OK, PRUNED, Measurement
 BASELINE, SEARCH, DUPLICATE, REPEAT = "baseline", "search", "duplicate", "repeat"
 CONFIRM = "confirm"
 FREE_BATCH_WARNING = "global batch was free: convergence may differ from the baseline"
-# A knob of the winner is kept only if every paired round shows it worth more than this
-# (strict: a knob adopted needlessly is a risk); the reduced config is taken unless its
-# median over the rounds is slower than the winner by more than this.
+# The default of search.min_gain: a knob of the winner is kept only if every paired round
+# shows it worth more than this (strict: a knob adopted needlessly is a risk); the reduced
+# config is taken unless every round shows it slower than the winner by more than this.
 MIN_GAIN = 0.02
 
 
@@ -84,7 +84,8 @@ class Contribution:
     ``ratios`` holds, per round, the winner's value over the ablated config's (above 1:
     the knob helps). ``failed`` is the reason the ablated config was infeasible (the knob
     is then needed). The knob is ``kept`` when every round shows a gain above
-    :data:`MIN_GAIN` (or it is needed, or was not measured); otherwise it is within noise.
+    ``min_gain`` (``search.min_gain``, default :data:`MIN_GAIN`; or it is needed, or was
+    not measured); otherwise it is within noise.
     """
 
     knob: str
@@ -93,6 +94,7 @@ class Contribution:
     ratios: tuple[float, ...]
     trial: int | None = None  # the ablated config's trial
     failed: str = ""
+    min_gain: float = MIN_GAIN  # search.min_gain
 
     @property
     def median(self) -> float | None:
@@ -102,7 +104,7 @@ class Contribution:
     def kept(self) -> bool:
         if self.failed or not self.ratios:  # needed, or not measured: not proven neutral
             return True
-        return min(self.ratios) > 1 + MIN_GAIN
+        return min(self.ratios) > 1 + self.min_gain
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -115,6 +117,7 @@ class Contribution:
             if self.ratios
             else None,
             "rounds": len(self.ratios),
+            "min_gain": self.min_gain,
             "kept": self.kept,
             "failed": self.failed or None,
         }
@@ -124,14 +127,17 @@ class Contribution:
 class Reduction:
     """The winner with its neutral knobs (``knobs``) back at the baseline's values,
     measured in paired rounds with the winner: ``ratios`` per round, reduced over winner.
-    ``accepted`` when it is within noise of the winner (its median ratio is not below
-    1 - :data:`MIN_GAIN`): it is then the recommendation. The median, not every round: a
-    knob dropped because one disturbed round hid its gain makes the reduced config slower
-    in the other rounds, and the winner is kept."""
+    ``accepted`` when it is within noise of the winner: not every round shows it slower
+    by more than ``min_gain`` (the mirror of the rule that keeps a knob, so for one
+    dropped knob, whose ablation is the reduced config, the two always agree). It is then
+    the recommendation. Several dropped knobs are measured together in rounds of their
+    own: if together they are worth more than the noise, every round shows it and the
+    winner is kept."""
 
     knobs: tuple[str, ...]
     record: TrialRecord | None
     ratios: tuple[float, ...]
+    min_gain: float = MIN_GAIN  # search.min_gain
 
     @property
     def median(self) -> float | None:
@@ -141,7 +147,7 @@ class Reduction:
     def accepted(self) -> bool:
         if self.record is None or not self.record.feasible or not self.ratios:
             return False
-        return statistics.median(self.ratios) >= 1 - MIN_GAIN
+        return max(self.ratios) >= 1 - self.min_gain
 
 
 @dataclass(frozen=True)
@@ -170,6 +176,7 @@ class TuneResult:
         storage: str,
         trials: list[TrialRecord],
         confirmation: dict[str, Any] | None = None,
+        min_gain: float = MIN_GAIN,
         **kwargs: Any,
     ) -> TuneResult:
         """Summarise raw trial records: baseline, winner, runner-up, each knob's
@@ -181,7 +188,8 @@ class TuneResult:
         the config measured in the rounds (a finalist, an ablation or the baseline) with
         the highest median paired ratio, and the
         recommendation is the reduced config when that is within noise of the winner.
-        Without it, configs rank by their (median) value.
+        Without it, configs rank by their (median) value. ``min_gain``: the gain every
+        round must show for a knob to stay (``search.min_gain``).
         """
         raw = trials
         trials = summarize(raw)
@@ -207,8 +215,8 @@ class TuneResult:
         contributions: list[Contribution] = []
         reduction = None
         if winner is not None and baseline is not None:
-            contributions = _contributions(raw, trials, winner, baseline, conf)
-            reduction = _reduction(raw, trials, winner, conf)
+            contributions = _contributions(raw, trials, winner, baseline, conf, min_gain)
+            reduction = _reduction(raw, trials, winner, conf, min_gain)
         best = reduction.record if reduction is not None and reduction.accepted else winner
         return cls(
             study_name=study_name,
@@ -427,6 +435,7 @@ def _contributions(
     winner: TrialRecord,
     baseline: TrialRecord,
     conf: dict[str, Any],
+    min_gain: float = MIN_GAIN,
 ) -> list[Contribution]:
     """Each ablated knob of ``winner`` (``conf["ablations"]``), from the rounds where both
     the winner and its ablation ran."""
@@ -454,13 +463,18 @@ def _contributions(
                 tuple(ratios),
                 record.number if record else None,
                 failed,
+                min_gain,
             )
         )
     return out
 
 
 def _reduction(
-    raw: list[TrialRecord], summary: list[TrialRecord], winner: TrialRecord, conf: dict[str, Any]
+    raw: list[TrialRecord],
+    summary: list[TrialRecord],
+    winner: TrialRecord,
+    conf: dict[str, Any],
+    min_gain: float = MIN_GAIN,
 ) -> Reduction | None:
     """The winner's reduced config (``conf["reduced"]``) against the winner, by round."""
     reduced = conf.get("reduced", {}).get(str(winner.number))
@@ -474,7 +488,7 @@ def _reduction(
         if theirs[r].feasible and ours[r].feasible and ours[r].value
     )
     record = next((t for t in summary if t.config.key() == reduced["key"]), None)
-    return Reduction(tuple(reduced["knobs"]), record, ratios)
+    return Reduction(tuple(reduced["knobs"]), record, ratios, min_gain)
 
 
 def ranked(trials: list[TrialRecord]) -> list[TrialRecord]:

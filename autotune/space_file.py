@@ -164,6 +164,13 @@ def _fraction(value: Any) -> str | None:
     return f"must be a number in (0, 1] but got {value!r}"
 
 
+def _below_one(value: Any) -> str | None:
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if number and 0 <= value < 1:
+        return None
+    return f"must be a number in [0, 1) but got {value!r}"
+
+
 def _string(value: Any) -> str | None:
     return (
         None
@@ -403,6 +410,7 @@ def parse_space(data: Any, *, source: str = "<space>", base_dir: Path = Path("."
         confirm_top=_int_at_least(0),
         confirm_rounds=_int_at_least(0),
         ablate=_boolean,
+        min_gain=_below_one,
     )
     output_dir = data.get("output_dir", "autotune-runs")
     if not isinstance(output_dir, str) or not output_dir:

@@ -79,11 +79,26 @@ def test_problems_are_gathered_and_name_file_and_key(write_space):
         ("workload: nocolon\n", "workload: must be 'module:function'"),
         ("workload: m:f\nbudget: {n_trials: null}\n", "otherwise the study never ends"),
         ("workload: m:f\nsearch: {sampler: magic}\n", "search.sampler: must be one of tpe"),
+        (
+            "workload: m:f\nsearch: {min_gain: 1.5}\n",
+            r"search.min_gain: must be a number in \[0, 1\)",
+        ),
+        (
+            "workload: m:f\nsearch: {confirm_rounds: -1}\n",
+            "search.confirm_rounds: must be an integer",
+        ),
+        ("workload: m:f\nsearch: {ablate: maybe}\n", "search.ablate: must be"),
     ],
 )
 def test_bad_files_give_one_clear_error(write_space, text, message):
     with pytest.raises(SpaceError, match=message):
         load_space(write_space(text))
+
+
+def test_confirm_repeats_of_the_first_release_reads_as_confirm_rounds(write_space):
+    space = load_space(write_space("workload: m:f\nsearch: {confirm_repeats: 2}\n"))
+    assert space.search.confirm_rounds == 2
+    assert "search.confirm_repeats is now search.confirm_rounds (paired rounds)" in space.notes
 
 
 def test_missing_file_is_a_space_error(tmp_path):

@@ -10,7 +10,6 @@ from ..knobs import show
 from ..measurement import TOKENS, Measurement
 from ..results import (
     FREE_BATCH_WARNING,
-    MIN_GAIN,
     Contribution,
     TrialRecord,
     TuneResult,
@@ -104,7 +103,7 @@ def contribution_text(c: Contribution) -> str:
     if c.median is None:
         return f"{head}: not measured"
     low, high = min(c.ratios), max(c.ratios)
-    verdict = "kept" if c.kept else f"not above {1 + MIN_GAIN:.2f}x in every round: dropped"
+    verdict = "kept" if c.kept else f"not above {1 + c.min_gain:.2f}x in every round: dropped"
     return f"{head}: {c.median:.2f}x, range {low:.2f}-{high:.2f}x, {verdict}"
 
 
@@ -139,10 +138,8 @@ def _proof_facts(result: TuneResult) -> list[Fact]:
         else:
             median = "not measured" if reduction.median is None else f"{reduction.median:.3f}"
             why = (
-                f"{dropped} did not gain more than {MIN_GAIN:.0%} in every round, but without "
-                "it the median is slower"
-                if len(reduction.knobs) == 1
-                else f"{dropped} (each within noise) are worth more than that together"
+                f"{dropped} (each within noise) are worth more than "
+                f"{reduction.min_gain:.0%} together"
             )
             facts.append(
                 Fact(

@@ -181,6 +181,7 @@ def load_result(
         storage,
         records(study),
         confirmation=study.user_attrs.get("confirmation"),
+        min_gain=space.search.min_gain,
         environment=environment,
         memory_budget_bytes=space.limits.memory_bytes(environment.get("device_memory_bytes")),
         global_batch=space.global_batch,

@@ -320,7 +320,11 @@ class Tuner:
 
     def _confirmed(self, study: optuna.Study, conf: dict[str, Any]) -> TuneResult:
         return TuneResult.from_trials(
-            self.study_name, self.storage, records(study), confirmation=conf
+            self.study_name,
+            self.storage,
+            records(study),
+            confirmation=conf,
+            min_gain=self.space.search.min_gain,
         )
 
     def _rounds(self, study: optuna.Study, conf: dict[str, Any], plan: list[Config]) -> bool:
@@ -546,6 +550,7 @@ class Tuner:
             self.storage,
             records(study),
             confirmation=study.user_attrs.get("confirmation"),
+            min_gain=self.space.search.min_gain,
             environment=self.environment,
             notes=self.notes,
             memory_budget_bytes=self.memory_budget,

@@ -12,15 +12,17 @@ from autotune.study.storage import load_result
 
 SPACE = """
     workload: {workloads}:data_bound
-    workload_args: {seconds: 0.02}
+    workload_args: {seconds: 0.03}
     knobs:
       batch_size: [8, 32]
       num_workers: [0, 2]
       zero_grad_set_to_none: [false, true]
     baseline: {batch_size: 8, zero_grad_set_to_none: false}
     global_batch: 32
-    trial: {warmup_steps: 3, measured_steps: 12, timeout_s: 120}
-    search: {confirm_top: 2, confirm_rounds: 3, prune: false}
+    trial: {warmup_steps: 2, measured_steps: 10, timeout_s: 120}
+    # Short windows with DataLoader workers vary by up to ~13% from run to run here: a
+    # knob stays only if every round shows a 10% gain (the two that matter: 2-4x).
+    search: {confirm_top: 1, confirm_rounds: 3, prune: false, min_gain: 0.1}
     budget: {n_trials: 2}
 """
 
@@ -36,20 +38,26 @@ def test_the_neutral_knob_is_dropped_and_the_two_that_matter_stay(write_space, t
     study.enqueue_trial(encode(space, winner))
     result = tune(space, storage=storage, out_dir=out)
 
-    assert result.winner.config == winner
+    reduced = winner.replace(zero_grad_set_to_none=False)
+    # The neutral knob is not in the recommendation: either the rounds crowned the
+    # winner's ablation without it (every config of the rounds may win), or the winner's
+    # contribution from it was within noise and the reduced config was taken.
+    assert result.best.config == reduced
     by_knob = {c.knob: c for c in result.contributions}
-    assert set(by_knob) == {"batch_size", "num_workers", "zero_grad_set_to_none"}
+    if result.winner.config == winner:
+        assert set(by_knob) == {"batch_size", "num_workers", "zero_grad_set_to_none"}
+        assert not by_knob["zero_grad_set_to_none"].kept
+        assert result.reduction.accepted and result.reduction.knobs == ("zero_grad_set_to_none",)
+    else:
+        assert result.winner.config == reduced and result.reduction is None
+        assert set(by_knob) == {"batch_size", "num_workers"}
+    # The two that matter stay, each worth well over the noise (4x and 2x by construction).
     assert all(len(c.ratios) == 3 for c in by_knob.values())
-    # Each of the two is worth well over the noise (4x and 2x by construction).
     assert by_knob["batch_size"].kept and by_knob["batch_size"].median > 1.5
     assert by_knob["num_workers"].kept and by_knob["num_workers"].median > 1.3
-    assert not by_knob["zero_grad_set_to_none"].kept
-    # The recommendation drops it; its one ablation run in the same rounds is the evidence.
-    assert result.best.config == winner.replace(zero_grad_set_to_none=False)
-    assert result.reduction.accepted and result.reduction.knobs == ("zero_grad_set_to_none",)
     doc = yaml.safe_load(result.best_config_path.read_text())
     assert Config.from_dict(doc["config"]) == result.best.config
-    assert doc["full_winner"]["dropped_knobs"] == ["zero_grad_set_to_none"]
+    assert {c["knob"] for c in doc["contributions"]} == set(by_knob)
     # A stored study reads back to the same recommendation.
     _, loaded = load_result(space, storage)
     assert loaded.best.config == result.best.config
