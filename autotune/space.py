@@ -116,8 +116,9 @@ class SearchSettings:
         ablate: in the same rounds, measure the winner with each knob that differs from
             the baseline set back to the baseline's value: each knob's contribution. Knobs
             whose contribution is within noise are dropped from the recommendation.
-        min_gain: a knob stays only if every round shows it worth more than this (0.02:
-            2%); raise it on a noisy machine, where a neutral knob may beat 2% by chance.
+        min_gain: a knob stays only if the median of its per-round gains is above this
+            (0.03: 3%); raise it on a noisy machine, where a neutral knob may beat it by
+            chance in most rounds.
     """
 
     sampler: str = "tpe"
@@ -129,7 +130,7 @@ class SearchSettings:
     confirm_top: int = 2
     confirm_rounds: int = 3
     ablate: bool = True
-    min_gain: float = 0.02
+    min_gain: float = 0.03
 
 
 @dataclass(frozen=True)

@@ -103,7 +103,9 @@ def contribution_text(c: Contribution) -> str:
     if c.median is None:
         return f"{head}: not measured"
     low, high = min(c.ratios), max(c.ratios)
-    verdict = "kept" if c.kept else f"not above {1 + c.min_gain:.2f}x in every round: dropped"
+    verdict = (
+        "kept" if c.kept else f"within noise (median not above {1 + c.min_gain:.2f}x): dropped"
+    )
     return f"{head}: {c.median:.2f}x, range {low:.2f}-{high:.2f}x, {verdict}"
 
 

@@ -165,13 +165,13 @@ def test_knobs_within_noise_each_but_not_together_are_kept(write_space, tmp_path
     effects = {
         "batch_size": 2.0,
         "num_workers": 1.0,
-        "zero_grad_set_to_none": 1.015,
-        "gradient_checkpointing": 1.015,
+        "zero_grad_set_to_none": 1.02,
+        "gradient_checkpointing": 1.02,
     }
     space, backend, result = _run(write_space, tmp_path, effects)
     dropped = {c.knob for c in result.contributions if not c.kept}
     assert dropped == {"zero_grad_set_to_none", "gradient_checkpointing"}
-    # Together they are worth 3%: the reduced config is measurably slower, so not taken.
+    # Together they are worth 4%: the reduced config is measurably slower, so not taken.
     assert result.reduction is not None and not result.reduction.accepted
     assert result.best.number == result.winner.number
     assert result.best.config.gradient_checkpointing
