@@ -18,6 +18,7 @@ import torch
 
 from ..config import Config
 from ..measurement import NAN, OK, TOKENS, Measurement, compile_estimate_s
+from ..workload import Workload
 from .build import Built
 from .clock import StepClock, peak_memory, reset_peak_memory, spread
 from .guard import RANK, WORLD
@@ -58,7 +59,7 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
 
     tokens_before, positions_before = applied.real_tokens, applied.positions
     padding_before = applied.padding
-    counted = workload.tokens is not None or workload.count_tokens is not None
+    counted = counts_tokens(workload)
     before_window = compiles.spent_s()
     progress = _Progress(
         progress_path if RANK == 0 else None,
@@ -106,13 +107,7 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
         real, positions, padding = counts
     values = [float(x) for x in stacked.cpu().tolist()]
     per_step = config.global_batch  # samples of all ranks
-    samples_per_s = steps * per_step / window_s
-    if counted:
-        tokens_per_s = real / window_s
-    elif workload.tokens_per_sample:
-        tokens_per_s = samples_per_s * workload.tokens_per_sample
-    else:
-        tokens_per_s = None
+    samples_per_s, tokens_per_s = window_rates(workload, steps * per_step, real, window_s)
     m = Measurement(
         status=OK,
         samples_per_s=samples_per_s,
@@ -140,6 +135,25 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
         first = next(i for i, x in enumerate(values) if not math.isfinite(x))
         return m.replace(status=NAN, reason=f"loss is {values[first]} at step {first}")
     return m
+
+
+def counts_tokens(workload: Workload) -> bool:
+    """Whether a workload's real tokens are counted batch by batch (token workloads, or a
+    ``count_tokens``)."""
+    return workload.tokens is not None or workload.count_tokens is not None
+
+
+def window_rates(
+    workload: Workload, samples: int, real_tokens: int, window_s: float
+) -> tuple[float, float | None]:
+    """samples/s and tokens/s of a timed window: real tokens where they are counted, else
+    ``tokens_per_sample`` times samples/s for a fixed-length LM, else no tokens/s."""
+    samples_per_s = samples / window_s
+    if counts_tokens(workload):
+        return samples_per_s, real_tokens / window_s
+    if workload.tokens_per_sample:
+        return samples_per_s, samples_per_s * workload.tokens_per_sample
+    return samples_per_s, None
 
 
 def _compile_s(

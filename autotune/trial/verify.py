@@ -42,7 +42,7 @@ from ..errors import WorkloadError  # noqa: E402
 from ..measurement import FAILED, NAN, OK, OOM, TOKENS  # noqa: E402
 from .build import load  # noqa: E402
 from .clock import StepClock, spread  # noqa: E402
-from .loop import write_json  # noqa: E402
+from .loop import counts_tokens, window_rates, write_json  # noqa: E402
 from .main import failure_reason, is_oom  # noqa: E402
 
 
@@ -123,15 +123,11 @@ def run(spec: dict[str, Any], started: float) -> dict[str, Any]:
     clock.stop()
 
     window_s = clock.window_s
-    samples_per_s = steps * config.global_batch / window_s
-    counted = workload.tokens is not None or workload.count_tokens is not None
+    counted = counts_tokens(workload)
     real = applied.real_tokens - tokens_before
-    if counted:
-        tokens_per_s = real / window_s
-    elif workload.tokens_per_sample:
-        tokens_per_s = samples_per_s * workload.tokens_per_sample
-    else:
-        tokens_per_s = None
+    samples_per_s, tokens_per_s = window_rates(
+        workload, steps * config.global_batch, real, window_s
+    )
     values = [float(x) for x in torch.stack(losses).cpu().tolist()] if losses else []
     payload = {
         "status": OK,
