@@ -200,10 +200,10 @@ class TuneResult:
         user attr, see :mod:`autotune.study.confirm`): the finalists, and per winner the
         config keys of its ablations and of its reduced config. With it, the winner is
         the config measured in the rounds (a finalist, an ablation or the baseline) with
-        the highest median paired ratio, and the
-        recommendation is the reduced config when that is within noise of the winner.
-        Without it, configs rank by their (median) value. ``min_gain``: the gain every
-        round must show for a knob to stay (``search.min_gain``).
+        the highest median paired ratio, and the recommendation is the reduced config when
+        that is within noise of the winner. Without it, configs rank by their (median)
+        value. ``min_gain``: the median gain a knob must show to stay
+        (``search.min_gain``, see :func:`proven_gain`).
         """
         raw = trials
         trials = summarize(raw)
@@ -218,11 +218,11 @@ class TuneResult:
                 for t in [*finalists, *confirmed, baseline]
                 if t is not None and t.feasible
             }
-            top = sorted(
-                pool.values(),
-                key=lambda t: t.ratio if t.ratio is not None else t.value,
-                reverse=True,
-            )
+            paired = [t for t in pool.values() if t.ratio is not None]
+            if paired:  # a finalist the rounds never reached (cut short) cannot win
+                top = sorted(paired, key=lambda t: t.ratio, reverse=True)
+            else:  # no feasible baseline run to pair with: by the medians of the rounds
+                top = sorted(pool.values(), key=lambda t: t.value, reverse=True)
         else:
             top = ranked(trials)
         winner = top[0] if top else None

@@ -114,3 +114,13 @@ def test_a_failed_round_run_makes_its_config_infeasible():
     folded = next(t for t in result.trials if t.number == 2)
     assert not folded.feasible and "out of memory" in folded.reason
     assert result.winner.number == 1 and result.best.number == 1
+
+
+def test_a_finalist_the_rounds_never_reached_cannot_win():
+    # Rounds cut short: bs 32 (a finalist, 150 in the search) never ran in them.
+    trials = [run(0, 8, 100.0, BASELINE), run(1, 16, 120.0), run(2, 32, 150.0)]
+    for r in range(2):
+        trials += [paired(3 + 2 * r, 8, 100.0, r, repeat_of=0)]
+        trials += [paired(4 + 2 * r, 16, 118.0, r, repeat_of=1)]
+    result = TuneResult.from_trials("s", "m", trials, {"finalists": [1, 2]})
+    assert result.winner.number == 1 and result.speedup == 1.18
