@@ -138,16 +138,22 @@ def _proof_facts(result: TuneResult) -> list[Fact]:
                 )
             )
         else:
-            median = "not measured" if reduction.median is None else f"{reduction.median:.3f}"
-            why = (
-                f"{dropped} (each within noise) are worth more than "
-                f"{reduction.min_gain:.0%} together"
-            )
+            record = reduction.record
+            if record is None or reduction.median is None:
+                why = f"without {dropped}: not measured (the confirmation was cut short)"
+            elif not record.feasible:
+                why = f"without {dropped}: {record.status}: {record.reason}"
+            else:
+                why = (
+                    f"{dropped} (each within noise) are worth more than "
+                    f"{reduction.min_gain:.0%} together (reduced/full median "
+                    f"{reduction.median:.3f})"
+                )
             facts.append(
                 Fact(
                     "reduced",
                     "simplest config within noise",
-                    f"{why} (reduced/full median {median}): the full winner is kept",
+                    f"{why}: the full winner is kept",
                     WARNING,
                 )
             )

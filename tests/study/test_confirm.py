@@ -172,6 +172,10 @@ def test_knobs_within_noise_each_but_not_together_are_kept(write_space, tmp_path
     dropped = {c.knob for c in result.contributions if not c.kept}
     assert dropped == {"zero_grad_set_to_none", "gradient_checkpointing"}
     # Together they are worth 4%: the reduced config is measurably slower, so not taken.
+    from autotune.output.facts import summary_facts
+
+    fact = next(f for f in summary_facts(result) if f.key == "reduced")
+    assert fact.level == "warning" and "are worth more than 3% together" in fact.text
     assert result.reduction is not None and not result.reduction.accepted
     assert result.best.number == result.winner.number
     assert result.best.config.gradient_checkpointing
