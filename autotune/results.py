@@ -352,7 +352,8 @@ def summarize(trials: list[TrialRecord]) -> list[TrialRecord]:
         if t.role == REPEAT and t.repeat_of is not None:
             repeats.setdefault(t.repeat_of, []).append(t)
     base = next((t for t in trials if t.role == BASELINE), None)
-    base_rounds = _round_values(trials, base.config.key()) if base is not None else {}
+    base_runs = _round_runs(trials, base.config.key()) if base is not None else {}
+    base_rounds = {r: t.value for r, t in base_runs.items() if t.feasible}
     out = []
     for t in trials:
         if t.role in (DUPLICATE, REPEAT):
@@ -395,16 +396,8 @@ def summarize(trials: list[TrialRecord]) -> list[TrialRecord]:
     return out
 
 
-def _round_values(trials: list[TrialRecord], key: str) -> dict[int, float]:
-    """The value of each feasible run of config ``key`` in a confirmation round, by round."""
-    return {
-        t.round: t.value
-        for t in trials
-        if t.round is not None and t.feasible and t.role != DUPLICATE and t.config.key() == key
-    }
-
-
 def _round_runs(trials: list[TrialRecord], key: str) -> dict[int, TrialRecord]:
+    """Each run of config ``key`` in a confirmation round, by round."""
     return {
         t.round: t
         for t in trials

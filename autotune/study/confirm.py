@@ -27,7 +27,7 @@ from typing import Any
 from ..config import Config
 from ..knobs import KNOBS
 from ..space import Space
-from .sampling import _like
+from .sampling import like
 
 
 def ablations(
@@ -49,7 +49,7 @@ def ablations(
         if name not in space.searched:
             notes.append(f"{name} not ablated: it is fixed to {ours!r} in the space")
             continue
-        ablated = _like(space, {**winner.to_dict(), name: theirs})
+        ablated = like(space, {**winner.to_dict(), name: theirs})
         if getattr(ablated, name) != theirs or ablated == winner:
             notes.append(
                 f"{name} not ablated: the baseline's value {theirs!r} is not a listed value"
@@ -61,7 +61,7 @@ def ablations(
 
 def reduced(space: Space, winner: Config, baseline: Config, knobs: list[str]) -> Config:
     """``winner`` with ``knobs`` back at the baseline's values."""
-    return _like(space, {**winner.to_dict(), **{k: getattr(baseline, k) for k in knobs}})
+    return like(space, {**winner.to_dict(), **{k: getattr(baseline, k) for k in knobs}})
 
 
 def rotated(plan: list[Config], index: int) -> list[Config]:

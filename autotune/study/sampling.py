@@ -111,7 +111,7 @@ def sample(space: Space, trial: optuna.Trial) -> Config:
     return _walk(space, choose)
 
 
-def _like(space: Space, values: Mapping[str, Any]) -> Config:
+def like(space: Space, values: Mapping[str, Any]) -> Config:
     """The config of ``values`` where each searched knob that must be chosen but has no
     listed value in ``values`` (it was inactive there) takes its first listed value."""
 
@@ -136,7 +136,7 @@ def neighbours(space: Space, config: Config) -> list[Config]:
         else:
             moves = [c for c in choices if c != values[name]]
         for v in moves:
-            c = _like(space, {**values, name: v})
+            c = like(space, {**values, name: v})
             if c.key() != config.key():
                 out.setdefault(c.key(), c)
     return list(out.values())
@@ -150,7 +150,7 @@ def every_config(space: Space, limit: int = 20_000) -> list[Config] | None:
         return None
     out: dict[str, Config] = {}
     for combo in itertools.product(*(space.searched[n] for n in names)):
-        c = _like(space, dict(zip(names, combo, strict=True)))
+        c = like(space, dict(zip(names, combo, strict=True)))
         out.setdefault(c.key(), c)
     return list(out.values())
 
