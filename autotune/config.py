@@ -42,6 +42,11 @@ class Config:
     compile_fullgraph: bool = KNOBS["compile_fullgraph"].default
     gradient_checkpointing: bool = KNOBS["gradient_checkpointing"].default
     world_size: int = KNOBS["world_size"].default
+    fsdp: str = KNOBS["fsdp"].default
+    fsdp_reshard_after_forward: bool = KNOBS["fsdp_reshard_after_forward"].default
+    fsdp_param_dtype: str = KNOBS["fsdp_param_dtype"].default
+    fsdp_reduce_dtype: str = KNOBS["fsdp_reduce_dtype"].default
+    fsdp_cpu_offload: bool = KNOBS["fsdp_cpu_offload"].default
     ddp_bucket_cap_mb: int = KNOBS["ddp_bucket_cap_mb"].default
     ddp_gradient_as_bucket_view: bool = KNOBS["ddp_gradient_as_bucket_view"].default
     ddp_static_graph: bool = KNOBS["ddp_static_graph"].default
@@ -68,7 +73,7 @@ class Config:
 
     @property
     def global_batch(self) -> int:
-        """Samples per optimizer step, over all DDP processes."""
+        """Samples per optimizer step, over all processes (DDP or FSDP)."""
         return self.batch_size * self.accumulation_steps * self.world_size
 
     def to_dict(self) -> dict[str, Any]:
@@ -124,7 +129,11 @@ _SHORT = {
     "pad_to_multiple_of": "pad_to",
     "non_blocking": "nonblock",
     "cudnn_benchmark": "cudnn_bench",
-    "world_size": "ddp",
+    "world_size": "ranks",
+    "fsdp_reshard_after_forward": "reshard",
+    "fsdp_param_dtype": "fsdp_param",
+    "fsdp_reduce_dtype": "fsdp_reduce",
+    "fsdp_cpu_offload": "offload",
     "ddp_bucket_cap_mb": "bucket_mb",
     "ddp_gradient_as_bucket_view": "grad_view",
     "ddp_static_graph": "static_graph",

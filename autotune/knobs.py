@@ -19,6 +19,8 @@ OPTIMIZER_IMPLS = ("default", "foreach", "fused", "for-loop")
 JIT_MODES = ("off", "script", "trace")
 LENGTH_GROUPING = ("off", "grouped")
 PACKING = ("off", "packed")
+FSDP_MODES = ("off", "blocks", "root")
+FSDP_DTYPES = ("fp32", "bf16")
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,8 @@ class Capabilities:
     workload_blocks: int = 0  # how many checkpointable blocks the workload exposes
     gpu_count: int = 0  # CUDA devices visible to a trial
     distributed: bool = True  # torch.distributed with a backend for this device
+    fsdp: bool = True  # torch.distributed.fsdp.fully_shard (FSDP2) importable
+    shardable_blocks: int = 0  # Workload.blocks: modules fsdp=blocks shards one by one
     conv2d: bool = False  # the workload's forward runs 2-d convolutions
     attention: bool = False  # ... calls scaled_dot_product_attention
     sdpa_backends: tuple[str, ...] = ()  # explicit SDPA backends torch can run here
@@ -221,6 +225,30 @@ def _world_size_unsupported(caps: Capabilities, value: int) -> str | None:
     return None
 
 
+def _fsdp_mistake(caps: Capabilities, value: str) -> str | None:
+    if value == "blocks" and caps.shardable_blocks == 0:
+        return "the workload exposes no blocks to shard one by one (Workload.blocks); use root"
+    return None
+
+
+def _fsdp_unsupported(caps: Capabilities, value: str) -> str | None:
+    if value != "off" and not caps.fsdp:
+        return "torch has no FSDP2 (torch.distributed.fsdp.fully_shard) here"
+    return None
+
+
+def _fsdp_dtype_unsupported(caps: Capabilities, value: str) -> str | None:
+    if value == "bf16" and not caps.bf16:
+        return f"bf16 is not supported on {caps.device_name or caps.device}"
+    return None
+
+
+def _cpu_offload_unsupported(caps: Capabilities, value: bool) -> str | None:
+    if value and caps.device != "cuda":
+        return "the parameters already live in host memory without CUDA"
+    return None
+
+
 def _threads_unsupported(caps: Capabilities, value: int) -> str | None:
     if value > caps.cpu_count:
         return f"more threads than the {caps.cpu_count} CPUs of this machine"
@@ -303,6 +331,10 @@ def _all(*conditions: Callable[..., str | None]) -> Callable[..., str | None]:
 
 _with_workers = _needs("num_workers", lambda v: v > 0, "> 0")
 _with_compile = _needs("compile_mode", lambda v: v != "off", "other than off")
+_with_fsdp = _needs("fsdp", lambda v: v != "off", "other than off")
+_with_ddp = _all(
+    _needs("world_size", lambda v: v > 1, "> 1"), _needs("fsdp", lambda v: v == "off", "off")
+)
 
 
 KNOBS: dict[str, Knob] = {
@@ -470,9 +502,63 @@ KNOBS: dict[str, Knob] = {
             "world_size",
             "int",
             1,
-            "DDP processes per trial (one per GPU; gloo on CPU); global samples/s is scored",
+            "processes per trial (one per GPU; gloo on CPU), data parallel: DDP, or FSDP2 with "
+            "fsdp; global samples/s is scored",
             minimum=1,
             unsupported=_world_size_unsupported,
+        ),
+        Knob(
+            "fsdp",
+            "choice",
+            "off",
+            "FSDP2 (fully_shard) instead of DDP (needs world_size > 1): parameters, "
+            "gradients and optimizer state sharded over the processes; blocks shards each "
+            "of the workload's blocks then the root (gathers one block at a time), root "
+            "only the whole model (gathers it all)",
+            choices=FSDP_MODES,
+            unsupported=_fsdp_unsupported,
+            requires=_needs("world_size", lambda v: v > 1, "> 1"),
+            mistake=_fsdp_mistake,
+        ),
+        Knob(
+            "fsdp_reshard_after_forward",
+            "bool",
+            True,
+            "free the gathered parameters after forward and gather them again in backward "
+            "(needs fsdp): less memory for one more all-gather per step",
+            requires=_with_fsdp,
+        ),
+        Knob(
+            "fsdp_param_dtype",
+            "choice",
+            "fp32",
+            "FSDP2 MixedPrecisionPolicy param_dtype (needs fsdp; not with amp_dtype fp16): "
+            "bf16 gathers and computes in bf16 (half the all-gather), the sharded master "
+            "weights stay fp32",
+            choices=FSDP_DTYPES,
+            unsupported=_fsdp_dtype_unsupported,
+            requires=_all(
+                _with_fsdp, _needs("amp_dtype", lambda v: v != "fp16", "other than fp16")
+            ),
+        ),
+        Knob(
+            "fsdp_reduce_dtype",
+            "choice",
+            "fp32",
+            "FSDP2 MixedPrecisionPolicy reduce_dtype (needs fsdp): bf16 halves the gradient "
+            "reduce-scatter at some precision of the summed gradients",
+            choices=FSDP_DTYPES,
+            unsupported=_fsdp_dtype_unsupported,
+            requires=_with_fsdp,
+        ),
+        Knob(
+            "fsdp_cpu_offload",
+            "bool",
+            False,
+            "FSDP2 CPUOffloadPolicy (needs fsdp; CUDA): sharded parameters, gradients and "
+            "optimizer state live in pinned host memory, the optimizer steps on the CPU",
+            unsupported=_cpu_offload_unsupported,
+            requires=_with_fsdp,
         ),
         Knob(
             "ddp_bucket_cap_mb",
@@ -480,21 +566,21 @@ KNOBS: dict[str, Knob] = {
             25,
             "DDP gradient bucket size; bigger buckets mean fewer, larger all-reduces",
             minimum=1,
-            requires=_needs("world_size", lambda v: v > 1, "> 1"),
+            requires=_with_ddp,
         ),
         Knob(
             "ddp_gradient_as_bucket_view",
             "bool",
             False,
             "gradients alias DDP's buckets: saves a copy and the memory of one gradient",
-            requires=_needs("world_size", lambda v: v > 1, "> 1"),
+            requires=_with_ddp,
         ),
         Knob(
             "ddp_static_graph",
             "bool",
             False,
             "promise DDP the graph never changes: enables its static-graph optimisations",
-            requires=_needs("world_size", lambda v: v > 1, "> 1"),
+            requires=_with_ddp,
         ),
         Knob(
             "checkpoint_every",
@@ -510,12 +596,13 @@ KNOBS: dict[str, Knob] = {
             "jit",
             "choice",
             "off",
-            "TorchScript instead of torch.compile (needs compile_mode off and no "
-            "checkpointing): script compiles the code, trace records the first batch",
+            "TorchScript instead of torch.compile (needs compile_mode off, no "
+            "checkpointing, no fsdp): script compiles the code, trace records the first batch",
             choices=JIT_MODES,
             requires=_all(
                 _needs("compile_mode", lambda v: v == "off", "off"),
                 _needs("gradient_checkpointing", lambda v: not v, "false"),
+                _needs("fsdp", lambda v: v == "off", "off"),
             ),
         ),
         Knob(

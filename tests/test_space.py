@@ -231,6 +231,22 @@ def test_memory_limits_parse_sizes_and_fractions(write_space):
             "knobs: {num_workers: [0, 2]}\nbaseline: {prefetch_factor: 4}\n",
             r"baseline: prefetch_factor=4 needs num_workers > 0 \(num_workers is 0\)",
         ),
+        (
+            "knobs: {fsdp: [off, blocks]}\n",
+            r"knobs.fsdp: blocks can never apply: needs world_size > 1 \(world_size is 1\)",
+        ),
+        (
+            "knobs: {world_size: [1, 2], fsdp_reshard_after_forward: [true, false]}\n",
+            "knobs.fsdp_reshard_after_forward: false can never apply: needs fsdp other than off",
+        ),
+        (
+            "knobs: {world_size: 2, fsdp: blocks, ddp_static_graph: [false, true]}\n",
+            r"knobs.ddp_static_graph: true can never apply: needs fsdp off \(fsdp is blocks\)",
+        ),
+        (
+            "knobs: {world_size: 2, fsdp: root, amp_dtype: fp16, fsdp_param_dtype: [fp32, bf16]}\n",
+            "knobs.fsdp_param_dtype: bf16 can never apply: needs amp_dtype other than fp16",
+        ),
     ],
 )
 def test_invalid_combinations_are_rejected_naming_both_knobs(write_space, text, message):
@@ -338,3 +354,32 @@ def test_every_shipped_space_is_valid():
 def test_shipped_spaces_are_valid(path):
     space = load_space(path)
     assert space.searched and space.study.name == path.stem
+
+
+def test_fsdp_blocks_without_blocks_is_a_mistake_and_offload_needs_cuda():
+    space = parse_space(
+        {
+            "workload": "m:f",
+            "knobs": {
+                "world_size": 2,
+                "fsdp": ["off", "blocks"],
+                "fsdp_cpu_offload": [False, True],
+            },
+        }
+    )
+    checkpointing_only = Capabilities(device="cpu", cpu_count=2, workload_blocks=1)
+    with pytest.raises(
+        SpaceError,
+        match=r"knobs.fsdp: blocks cannot apply: the workload "
+        r"exposes no blocks to shard one by one \(Workload.blocks\)",
+    ):
+        space.restrict(checkpointing_only)
+    cpu = Capabilities(device="cpu", cpu_count=2, workload_blocks=2, shardable_blocks=2)
+    restricted, notes = space.restrict(cpu)
+    assert restricted.knobs["fsdp"] == ("off", "blocks")
+    assert restricted.knobs["fsdp_cpu_offload"] == (False,)
+    assert "fsdp_cpu_offload=True dropped: the parameters already live in host memory" in (
+        "\n".join(notes)
+    )
+    cuda = Capabilities(device="cuda", gpu_count=2, cpu_count=8, shardable_blocks=2)
+    assert space.restrict(cuda)[0].knobs["fsdp_cpu_offload"] == (False, True)

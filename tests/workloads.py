@@ -383,3 +383,34 @@ def data_bound(seconds: float = 0.03) -> autotune.Workload:
         optimizer=lambda params: torch.optim.SGD(params, lr=0.1),
         collate_fn=_SlowCollate(seconds),
     )
+
+
+class Deep(nn.Module):
+    """``depth`` square blocks of ``hidden`` units: weights that dominate the memory."""
+
+    def __init__(self, dim: int = 16, hidden: int = 2048, depth: int = 4) -> None:
+        super().__init__()
+        self.inp = nn.Linear(dim, hidden)
+        self.blocks = nn.ModuleList(
+            [nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU()) for _ in range(depth)]
+        )
+        self.head = nn.Linear(hidden, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.inp(x)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def deep(hidden: int = 2048, depth: int = 4) -> autotune.Workload:
+    """Weights, gradients and AdamW state of ~17M parameters (~270 MiB): what sharding
+    splits over the processes, while activations at a small batch are negligible."""
+    return autotune.Workload(
+        name="deep-mlp",
+        model=lambda: Deep(hidden=hidden, depth=depth),
+        dataset=Blobs,
+        loss=_loss,
+        optimizer=lambda params: torch.optim.AdamW(params, lr=1e-4),
+        blocks=lambda model: list(model.blocks),
+    )

@@ -21,7 +21,7 @@ import optuna
 from ..config import Config, resolve_inactive
 from ..errors import ArgumentError, WorkloadError
 from ..knobs import Capabilities
-from ..measurement import Measurement
+from ..measurement import OOM, Measurement
 from ..results import (
     BASELINE,
     CONFIRM,
@@ -56,12 +56,16 @@ MAX_DUPLICATES_IN_A_ROW = 30
 LAYOUT_KNOBS = ("packing", "length_grouping")
 
 
-def reference_config(baseline: Config, layout: dict[str, Any] | None = None) -> Config:
+def reference_config(
+    baseline: Config, layout: dict[str, Any] | None = None, single: bool = True
+) -> Config:
     """The baseline with plain fp32 eager numerics: the accuracy guard's yardstick.
 
     Reduced-precision matmuls and compilers are off; knobs that only apply with them
     (compile_fullgraph...) go back to their defaults. ``layout`` sets data-layout knobs
-    (:data:`LAYOUT_KNOBS`) of the trial to compare.
+    (:data:`LAYOUT_KNOBS`) of the trial to compare. With ``single``, a multi-process
+    (DDP/FSDP) baseline becomes one process accumulating the same global batch: its ranks
+    split one sample stream, so the one process sees the same samples per step.
     """
     plain = {
         "amp_dtype": "fp32",
@@ -69,6 +73,9 @@ def reference_config(baseline: Config, layout: dict[str, Any] | None = None) -> 
         "compile_mode": "off",
         "jit": "off",
     }
+    if single and baseline.world_size > 1:
+        plain["world_size"] = 1
+        plain["accumulation_steps"] = baseline.accumulation_steps * baseline.world_size
     return Config(**resolve_inactive({**baseline.to_dict(), **plain, **(layout or {})}))
 
 
@@ -425,6 +432,14 @@ class Tuner:
             )
             folder = "reference" if not self.worker_index else f"reference-{self.worker_index}"
             m = self.backend.run_trial(self.space, config, self.out_dir / folder)
+            ranks = reference_config(self.space.baseline, single=False)
+            if m.status == OOM and ranks != config:  # one process cannot hold the model
+                self.reporter.note(
+                    f"the single-process fp32 reference ran out of memory ({m.reason}); "
+                    f"the reference is the baseline's processes in fp32 ({ranks.short()})"
+                )
+                config = ranks
+                m = self.backend.run_trial(self.space, config, self.out_dir / f"{folder}-ranks")
         if not m.ok:
             raise WorkloadError(
                 f"the fp32 reference run ({config.short()}) did not train cleanly: "

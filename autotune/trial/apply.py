@@ -176,6 +176,59 @@ def wrap_ddp(model: torch.nn.Module, config: Config, device: torch.device) -> to
     )
 
 
+_FSDP_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def shard_fsdp(
+    model: torch.nn.Module,
+    config: Config,
+    device: torch.device,
+    blocks: Sequence[torch.nn.Module] | None,
+) -> torch.nn.Module:
+    """FSDP2 (``fully_shard``) over all the trial's processes, as ``config.fsdp`` says.
+
+    ``blocks``: each block is sharded (its own all-gather group, resharded after forward
+    when ``fsdp_reshard_after_forward``), then the root takes the rest and keeps FSDP's
+    default for a root (no reshard: backward needs it at once). ``root``: one group, the
+    whole model. Needs an initialised process group; the mesh is made on ``device``'s type,
+    so gloo on the CPU works. The optimizer must be built after this: sharding replaces
+    the parameters with DTensor shards.
+
+    Raises:
+        ArgumentError: ``fsdp=blocks`` without blocks.
+    """
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import (
+        CPUOffloadPolicy,
+        MixedPrecisionPolicy,
+        OffloadPolicy,
+        fully_shard,
+    )
+
+    if config.fsdp == "blocks" and not blocks:
+        raise ArgumentError("fsdp=blocks needs the model's blocks (Workload.blocks / blocks=...)")
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    param, reduce = config.fsdp_param_dtype, config.fsdp_reduce_dtype
+    policy = MixedPrecisionPolicy(  # None: FSDP's own default (no cast; reduce in param dtype)
+        param_dtype=_FSDP_DTYPES[param] if param != "fp32" else None,
+        reduce_dtype=_FSDP_DTYPES[reduce] if "bf16" in (param, reduce) else None,
+    )
+    options: dict[str, Any] = dict(
+        mesh=mesh,
+        mp_policy=policy,
+        offload_policy=CPUOffloadPolicy() if config.fsdp_cpu_offload else OffloadPolicy(),
+    )
+    reshard = config.fsdp_reshard_after_forward
+    if config.fsdp == "blocks":
+        for block in blocks:
+            fully_shard(block, reshard_after_forward=reshard, **options)
+        fully_shard(model, **options)
+    else:
+        fully_shard(model, reshard_after_forward=reshard, **options)
+    return model
+
+
 PHASE_PREFIX = "autotune."
 _NO_RANGE = contextlib.nullcontext()
 
@@ -310,7 +363,8 @@ class Applied:
                 self._count(batch)
             with phase("to_device"):
                 batch = self.to_device(batch)
-            # Under DDP only the last micro-batch all-reduces gradients.
+            # Under DDP only the last micro-batch all-reduces gradients. FSDP (no no_sync)
+            # reduce-scatters every micro-batch: its gradients stay sharded.
             sync = i == accum - 1 or not hasattr(self.model, "no_sync")
             with contextlib.nullcontext() if sync else self.model.no_sync():
                 with phase("forward"), self.forward_context():
@@ -443,7 +497,8 @@ def apply(
         loss: ``loss(model, batch) -> scalar tensor``.
         optimizer: an optimizer, or a factory ``optimizer(params)``; AdamW(lr=1e-3) if omitted.
         blocks: modules to checkpoint when ``config.gradient_checkpointing`` is on (every
-            ``checkpoint_every``-th one, starting with the first).
+            ``checkpoint_every``-th one, starting with the first), and to shard one by one
+            with ``fsdp=blocks``.
         collate_fn: passed to the DataLoader.
         device: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:1"``...
         seed: seed of the data order.
@@ -487,8 +542,15 @@ def apply(
                 "gradient_checkpointing needs the model's blocks (blocks=...) or a "
                 "checkpointing(model) function"
             )
+    if config.fsdp != "off":
+        if isinstance(optimizer, torch.optim.Optimizer):
+            raise ArgumentError(
+                "fsdp needs the optimizer as a factory (optimizer=lambda params: ...): "
+                "sharding replaces the parameters an optimizer built before holds"
+            )
+        model = shard_fsdp(model, config, device, blocks)
     opt = rebuild_optimizer(_build_optimizer(optimizer, model), config.optimizer_impl)
-    if config.world_size > 1:
+    if config.world_size > 1 and config.fsdp == "off":
         model = wrap_ddp(model, config, device)
     model = compile_model(model, config)
     scaler = torch.amp.GradScaler(device.type) if config.amp_dtype == "fp16" else None

@@ -72,6 +72,15 @@ def _stored_lengths(spec: dict[str, Any]) -> list[int] | None:
         return None
 
 
+def _fsdp_modules(model: torch.nn.Module) -> int:
+    """How many modules FSDP2 sharded (each gathers its parameters as one group)."""
+    if not torch.distributed.is_available():
+        return 0
+    from torch.distributed.fsdp import FSDPModule
+
+    return sum(isinstance(m, FSDPModule) for m in model.modules())
+
+
 def applied_settings(applied: Applied) -> dict[str, Any]:
     """What :func:`autotune.apply` set up, read back from the objects it built.
 
@@ -106,6 +115,8 @@ def applied_settings(applied: Applied) -> dict[str, Any]:
             "checkpointed_blocks": sum(
                 1 for m in inner.modules() if getattr(m, "_autotune_checkpointed", False)
             ),
+            "ddp": type(inner).__name__ == "DistributedDataParallel",
+            "fsdp_modules": _fsdp_modules(inner),
         },
         "optimizer": {
             "type": type(opt).__name__,

@@ -153,6 +153,17 @@ def optimizer_impls(workload: Workload, model: torch.nn.Module) -> tuple[str, li
     return type(opt).__name__, found
 
 
+def fsdp_available() -> bool:
+    """Whether FSDP2 (``torch.distributed.fsdp.fully_shard``) can be imported."""
+    if not torch.distributed.is_available():
+        return False
+    try:
+        from torch.distributed.fsdp import fully_shard  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def capabilities(device: torch.device, workload: Workload, dataset: Any) -> dict[str, Any]:
     """Everything :class:`~autotune.knobs.Capabilities` holds, as plain data."""
     bf16 = autocast_works(device, torch.bfloat16)
@@ -161,10 +172,9 @@ def capabilities(device: torch.device, workload: Workload, dataset: Any) -> dict
     compile_ok, compile_reason = compile_support(device)
     torch.manual_seed(0)
     model = workload.model().to(device)
-    if workload.blocks is not None:
-        blocks = len(list(workload.blocks(model)))
-    else:  # the model's own checkpointing counts as one block (no checkpoint_every)
-        blocks = 1 if workload.checkpointing is not None else 0
+    shardable = len(list(workload.blocks(model))) if workload.blocks is not None else 0
+    # Without blocks, the model's own checkpointing counts as one block (no checkpoint_every)
+    blocks = shardable or (1 if workload.checkpointing is not None else 0)
     optimizer, impls = optimizer_impls(workload, model)
     return {
         "device": device.type,
@@ -182,6 +192,8 @@ def capabilities(device: torch.device, workload: Workload, dataset: Any) -> dict
         "optimizer_impls": impls,
         "gpu_count": torch.cuda.device_count() if torch.cuda.is_available() else 0,
         "distributed": torch.distributed.is_available(),
+        "fsdp": fsdp_available(),
+        "shardable_blocks": shardable,
         "tokens": workload.tokens is not None,
         "token_collate": workload.owns_collate,
         "packing_undeclared": workload.packing_undeclared or "",

@@ -55,11 +55,16 @@ def test_user_mistakes_give_one_line_and_exit_1(write_space, tmp_path):
         "workload: {workloads}:tiny\nknobs: {compile_mode: default, jit: [off, trace]}\n",
         "conflict.yaml",
     )
+    no_blocks = write_space(
+        "workload: {workloads}:no_blocks\nknobs: {world_size: 2, fsdp: [off, blocks]}\n",
+        "no_blocks.yaml",
+    )
     for path, message in [
         (conflict, "knobs.jit: trace can never apply: needs compile_mode off"),
         (bad_yaml, "not valid YAML"),
         (unknown_knob, "knobs.batchsize: unknown key (did you mean 'batch_size'?)"),
         (missing_workload, "cannot import module 'no_such_module_xyz'"),
+        (no_blocks, "knobs.fsdp: blocks cannot apply: the workload exposes no blocks"),
     ]:
         r = autotune("run", str(path), cwd=tmp_path)
         assert r.returncode == 1
@@ -68,6 +73,8 @@ def test_user_mistakes_give_one_line_and_exit_1(write_space, tmp_path):
         assert len(r.stderr.strip().splitlines()) == 1
         if path == conflict:  # rejected before the probe and before any trial
             assert not (tmp_path / "autotune-runs").exists()
+        if path == no_blocks:  # rejected after the probe, before any trial
+            assert not list((tmp_path / "autotune-runs").glob("*/trial-*"))
 
 
 def test_debug_shows_the_traceback(write_space, tmp_path):

@@ -83,6 +83,10 @@ def test_reference_is_plain_fp32_eager():
     ref = reference_config(baseline)
     assert ref == Config(channels_last=True)
     assert reference_config(Config(jit="script")) == Config()
+    # A sharded baseline is judged against one process with the same global batch.
+    sharded = Config(batch_size=8, accumulation_steps=2, world_size=2, fsdp="blocks")
+    assert reference_config(sharded) == Config(batch_size=8, accumulation_steps=4)
+    assert reference_config(sharded, single=False) == sharded
 
 
 def _conditional_space():

@@ -85,6 +85,19 @@ def test_checkpointing_without_blocks_is_a_clear_error():
         apply(Config(gradient_checkpointing=True), model=MLP(), dataset=Blobs(), loss=_loss)
 
 
+def test_fsdp_needs_an_optimizer_factory():
+    """Sharding replaces the parameters: an optimizer built before would step stale ones."""
+    model = MLP()
+    with pytest.raises(ValueError, match="fsdp needs the optimizer as a factory"):
+        apply(
+            Config(world_size=2, fsdp="root"),
+            model=model,
+            dataset=Blobs(),
+            loss=_loss,
+            optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+        )
+
+
 def test_sample_order_is_the_same_for_every_batch_size():
     small = StreamSampler(10, seed=3)
     it = iter(small)
