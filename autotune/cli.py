@@ -68,7 +68,8 @@ def _parser() -> argparse.ArgumentParser:
         "--format",
         "-f",
         default="yaml",
-        help="yaml | json | hf (TrainingArguments) | lightning | env (default: yaml)",
+        help="yaml | json | hf (TrainingArguments) | lightning | env | torch (plain loop) "
+        "(default: yaml)",
     )
     exp.add_argument("--output", "-o", help="write to this file instead of stdout")
     exp.add_argument("--storage", help="with a space file: the Optuna storage URL")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from ..study.storage import load_result
 from . import trainer_args
 from .facts import speedup_text
 
-FORMATS = ("yaml", "json", "hf", "lightning", "env")
+FORMATS = ("yaml", "json", "hf", "lightning", "env", "torch")
 
 
 def _header(evidence: Mapping[str, Any] | None) -> list[str]:
@@ -66,8 +66,8 @@ def _unmapped(mapped: trainer_args.Mapped, prefix: str = "# ") -> list[str]:
     return lines
 
 
-def _hf(values: dict[str, Any], device: str | None = None) -> list[str]:
-    mapped = trainer_args.hf_training_arguments(values, device)
+def _hf(values: dict[str, Any], device: str | None = None, blocks: Sequence[str] = ()) -> list[str]:
+    mapped = trainer_args.hf_training_arguments(values, device, blocks)
     return [
         "# Hugging Face transformers.TrainingArguments keyword arguments",
         *_py_dict("training_args_kwargs", mapped.kwargs["TrainingArguments"]),
@@ -76,10 +76,22 @@ def _hf(values: dict[str, Any], device: str | None = None) -> list[str]:
     ]
 
 
-def _lightning(values: dict[str, Any]) -> list[str]:
-    mapped = trainer_args.lightning_kwargs(values)
+def _lightning(values: dict[str, Any], blocks: Sequence[str] = ()) -> list[str]:
+    mapped = trainer_args.lightning_kwargs(values, blocks)
+    strategy = next((k for k in mapped.kwargs if k.endswith("Strategy")), None)
+    lines = ["# Lightning Trainer and DataLoader keyword arguments"]
+    if strategy is not None:
+        lines += [
+            f"from lightning.pytorch.strategies import {strategy}",
+            *(
+                ["import torch", "from torch.distributed.fsdp import MixedPrecision"]
+                if "mixed_precision" in mapped.kwargs[strategy]
+                else []
+            ),
+            *_py_dict("strategy_kwargs", mapped.kwargs[strategy]),
+        ]
     return [
-        "# Lightning Trainer and DataLoader keyword arguments",
+        *lines,
         *_py_dict("trainer_kwargs", mapped.kwargs["Trainer"]),
         *_py_dict("dataloader_kwargs", mapped.kwargs["DataLoader"]),
         "# trainer = lightning.pytorch.Trainer(**trainer_kwargs)",
@@ -88,18 +100,107 @@ def _lightning(values: dict[str, Any]) -> list[str]:
     ]
 
 
-def _env(values: dict[str, Any], device: str | None = None) -> list[str]:
-    env, mapped = trainer_args.shell_fragment(values, device)
+def _env(
+    values: dict[str, Any], device: str | None = None, blocks: Sequence[str] = ()
+) -> list[str]:
+    env, mapped = trainer_args.shell_fragment(values, device, blocks)
     flags = " ".join(
         shlex.quote(a) for a in trainer_args.hf_cli_args(mapped.kwargs["TrainingArguments"])
     )
+    fsdp = mapped.kwargs["TrainingArguments"].get("fsdp_config")
+    files = []
+    if fsdp is not None:  # HfArgumentParser reads fsdp_config from a file
+        blob = shlex.quote(json.dumps(fsdp))
+        files = [f"printf '%s\\n' {blob} > {trainer_args.FSDP_CONFIG_FILE}"]
     return [
         "# every knob, for your own script (os.environ['AUTOTUNE_BATCH_SIZE'] ...)",
         *env,
         "# flags for a Hugging Face script (HfArgumentParser): python train.py $AUTOTUNE_HF_ARGS",
+        *files,
         f"export AUTOTUNE_HF_ARGS={shlex.quote(flags)}",
         *_unmapped(mapped),
     ]
+
+
+def _torch(
+    values: dict[str, Any], device: str | None = None, blocks: Sequence[str] = ()
+) -> list[str]:
+    """The config as code for a plain PyTorch loop: the process group and FSDP2 sharding
+    or DDP as autotune's trials set them up, then one line per other knob off its default."""
+    config = Config.from_dict({k: v for k, v in values.items() if k in KNOBS})
+    on_gpu = device != "cpu"
+    lines = ["# plain PyTorch: the setup autotune measured (autotune.apply does the same)"]
+    if config.world_size > 1:
+        lines += [
+            f"# launch: torchrun --nproc-per-node={config.world_size} train.py",
+            "import os",
+            "import torch",
+            "import torch.distributed as dist",
+            "",
+            f"dist.init_process_group({'nccl' if on_gpu else 'gloo'!r})",
+        ]
+        if on_gpu:
+            lines += [
+                'device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))',
+                "torch.cuda.set_device(device)",
+            ]
+        else:
+            lines.append('device = torch.device("cpu")')
+        lines.append("model = build_model().to(device)  # every rank builds it with one seed")
+        if config.fsdp != "off":
+            lines += _fsdp_code(config, "cuda" if on_gpu else "cpu", blocks)
+            lines.append("optimizer = build_optimizer(model.parameters())  # after sharding")
+        else:
+            device_ids = "[device.index]" if on_gpu else "None"
+            lines += [
+                "optimizer = build_optimizer(model.parameters())",
+                "model = torch.nn.parallel.DistributedDataParallel(",
+                f"    model, device_ids={device_ids}, bucket_cap_mb={config.ddp_bucket_cap_mb},",
+                f"    gradient_as_bucket_view={config.ddp_gradient_as_bucket_view}, "
+                f"static_graph={config.ddp_static_graph},",
+                ")",
+            ]
+        lines += [
+            "# each rank loads its share of every step: batch_size per rank, e.g.",
+            "# DataLoader(dataset, batch_size=..., sampler=DistributedSampler(dataset))",
+        ]
+    skip = {"world_size", "fsdp", *trainer_args.FSDP_OPTIONS, *trainer_args.DDP_OPTIONS}
+    rest = [
+        f"# {k}={v!r}: {trainer_args.PLAIN_PYTORCH.get(k, 'see autotune.apply').format(v=v)}"
+        for k, v in config.to_dict().items()
+        if k not in skip and v != KNOBS[k].default
+    ]
+    return [*lines, *(["# the other knobs:"] if rest else []), *rest]
+
+
+def _fsdp_code(config: Config, device_type: str, blocks: Sequence[str]) -> list[str]:
+    from_fsdp = ["fully_shard", "MixedPrecisionPolicy"]
+    if config.fsdp_cpu_offload:
+        from_fsdp.append("CPUOffloadPolicy")
+    dtype = {"fp32": "None", "bf16": "torch.bfloat16"}
+    param, reduce = config.fsdp_param_dtype, config.fsdp_reduce_dtype
+    reduce_dtype = "torch.float32" if param == "bf16" and reduce == "fp32" else dtype[reduce]
+    options = "mesh=mesh, mp_policy=policy" + (
+        ", offload_policy=CPUOffloadPolicy()" if config.fsdp_cpu_offload else ""
+    )
+    lines = [
+        "from torch.distributed.device_mesh import init_device_mesh",
+        f"from torch.distributed.fsdp import {', '.join(from_fsdp)}",
+        "",
+        f'mesh = init_device_mesh("{device_type}", (dist.get_world_size(),))',
+        f"policy = MixedPrecisionPolicy(param_dtype={dtype[param]}, reduce_dtype={reduce_dtype})",
+    ]
+    reshard = config.fsdp_reshard_after_forward
+    if config.fsdp == "blocks":
+        kinds = ", ".join(blocks) if blocks else "your model's blocks"
+        lines += [
+            f"for block in blocks(model):  # Workload.blocks: {kinds}",
+            f"    fully_shard(block, reshard_after_forward={reshard}, {options})",
+            f"fully_shard(model, {options})  # the root: the rest of the parameters",
+        ]
+    else:
+        lines.append(f"fully_shard(model, reshard_after_forward={reshard}, {options})")
+    return lines
 
 
 def export_config(
@@ -116,7 +217,9 @@ def export_config(
             trainer formats, carried as-is by yaml/json).
         fmt: one of ``yaml``, ``json`` (lossless, with the evidence when given),
             ``hf`` (``TrainingArguments`` kwargs), ``lightning`` (``Trainer`` and
-            ``DataLoader`` kwargs), ``env`` (a shell fragment).
+            ``DataLoader`` kwargs, a ``DDPStrategy``/``FSDPStrategy`` for several
+            processes), ``env`` (a shell fragment), ``torch`` (code for a plain loop:
+            the process group, FSDP2 sharding or DDP, a line per other knob).
         evidence: the rest of a ``best_config.yaml`` (``measured``, ``environment``,
             ``study``), used for yaml/json and for the header comment.
 
@@ -133,11 +236,13 @@ def export_config(
     if fmt == "yaml":
         body = {"config": values, **{k: v for k, v in (evidence or {}).items() if k != "config"}}
         return "".join(f"# {h}\n" for h in header) + yaml.safe_dump(body, sort_keys=False)
+    environment = (evidence or {}).get("environment") or {}
+    blocks = environment.get("workload_block_types") or ()
     if fmt == "lightning":
-        lines = _lightning(values)
+        lines = _lightning(values, blocks)
     else:  # the HF mappings depend on where the config was measured (use_cpu)
-        device = ((evidence or {}).get("environment") or {}).get("device")
-        lines = {"hf": _hf, "env": _env}[fmt](values, device)
+        render = {"hf": _hf, "env": _env, "torch": _torch}[fmt]
+        lines = render(values, environment.get("device"), blocks)
     return "\n".join([*(f"# {h}" for h in header), *lines]) + "\n"
 
 

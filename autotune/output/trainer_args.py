@@ -10,7 +10,7 @@ could not, and the exporters print both.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,7 +50,24 @@ PLAIN_PYTORCH = {
     "or the same in your collate_fn",
     "packing": "concatenate samples with an EOS into fixed-length rows (TRL: "
     "SFTConfig(packing=True), which also resets attention at sample boundaries)",
+    "world_size": "launch {v} processes: torchrun --nproc-per-node={v} train.py",
+    "ddp_bucket_cap_mb": "DistributedDataParallel(model, bucket_cap_mb={v})",
+    "ddp_gradient_as_bucket_view": "DistributedDataParallel(model, gradient_as_bucket_view={v})",
+    "ddp_static_graph": "DistributedDataParallel(model, static_graph={v})",
+    "fsdp": "fully_shard(...) as `autotune export --format torch` writes it",
+    "fsdp_reshard_after_forward": "fully_shard(module, reshard_after_forward={v})",
+    "fsdp_param_dtype": "fully_shard(module, mp_policy=MixedPrecisionPolicy(param_dtype=...))",
+    "fsdp_reduce_dtype": "fully_shard(module, mp_policy=MixedPrecisionPolicy(reduce_dtype=...))",
+    "fsdp_cpu_offload": "fully_shard(module, offload_policy=CPUOffloadPolicy())",
 }
+BLOCK_PLACEHOLDER = "YourBlock"  # where the study did not record the block classes
+
+
+class Code(str):
+    """A Python expression that an exported snippet writes as code, not as a string."""
+
+    def __repr__(self) -> str:
+        return str(self)
 
 
 @dataclass(frozen=True)
@@ -114,7 +131,9 @@ def _compile(rules: _Rules) -> tuple[bool, str | None]:
     return mode != "off", (None if mode in ("off", "default") else mode)
 
 
-def hf_training_arguments(values: Mapping[str, Any], device: str | None = None) -> Mapped:
+def hf_training_arguments(
+    values: Mapping[str, Any], device: str | None = None, block_types: Sequence[str] = ()
+) -> Mapped:
     """``transformers.TrainingArguments`` keyword arguments for a config.
 
     Field names are those documented for ``TrainingArguments`` (transformers
@@ -128,6 +147,8 @@ def hf_training_arguments(values: Mapping[str, Any], device: str | None = None) 
         values: a ``Config.to_dict()`` (or any mapping of knob name to value).
         device: where the config was measured (``cpu``/``cuda``, from its environment);
             ``cpu`` adds ``use_cpu=True``.
+        block_types: class names of the workload's blocks (the study's environment), for
+            ``fsdp=blocks``: what ``transformer_layer_cls_to_wrap`` names.
     """
     r = _Rules(HF, values)
     kw: dict[str, Any] = {
@@ -180,14 +201,78 @@ def hf_training_arguments(values: Mapping[str, Any], device: str | None = None) 
         r.notes.append("optimizer_impl fused -> optim='adamw_torch_fused' assumes AdamW")
     elif "optimizer_impl" in r and r.values["optimizer_impl"] != "default":
         r.cannot("optimizer_impl", f"{HF} (optim picks optimizer and implementation together)")
-    r.notes.append(
-        "per_device_train_batch_size is per GPU: with N processes the global batch is N times "
-        "larger than the one measured"
-    )
+    _hf_fsdp(r, kw, block_types)
+    world = r.values.get("world_size", 1)
+    if world > 1 and r.values.get("fsdp", "off") == "off":
+        for name in ("ddp_bucket_cap_mb", "ddp_static_graph"):  # TrainingArguments fields
+            if name in r:
+                kw[name] = r.take(name)
+    if world > 1:
+        r.cannot("world_size", f"{HF} (the launcher sets it)")
+        r.notes.append(
+            f"per_device_train_batch_size is per process: launched with {world} processes "
+            "(torchrun / accelerate launch), the global batch is the one measured"
+        )
+    else:
+        r.notes.append(
+            "per_device_train_batch_size is per GPU: with N processes the global batch is N "
+            "times larger than the one measured"
+        )
     return r.finish({"TrainingArguments": kw})
 
 
-def lightning_kwargs(values: Mapping[str, Any]) -> Mapped:
+def _hf_fsdp(r: _Rules, kw: dict[str, Any], block_types: Sequence[str]) -> None:
+    """FSDP2 through ``TrainingArguments(fsdp=True, fsdp_config={...})`` (transformers 5)."""
+    if r.values.get("fsdp", "off") == "off":
+        return  # the FSDP options are at their defaults: listed as nothing to set
+    mode = r.take("fsdp")
+    config: dict[str, Any] = {
+        "version": 2,
+        "reshard_after_forward": bool(r.take("fsdp_reshard_after_forward", True)),
+        "cpu_offload": bool(r.take("fsdp_cpu_offload", False)),
+    }
+    if mode == "blocks":
+        config["auto_wrap_policy"] = "TRANSFORMER_BASED_WRAP"
+        config["transformer_layer_cls_to_wrap"] = list(block_types) or [BLOCK_PLACEHOLDER]
+        if not block_types:
+            r.notes.append(
+                f"fsdp=blocks: replace {BLOCK_PLACEHOLDER} by the class of your model's "
+                "blocks (the modules autotune sharded one by one)"
+            )
+    else:
+        config["auto_wrap_policy"] = "NO_WRAP"
+    if kw.get("gradient_checkpointing"):  # with FSDP, transformers refuses both
+        kw["gradient_checkpointing"] = False
+        config["activation_checkpointing"] = True
+        r.notes.append(
+            "gradient_checkpointing -> fsdp_config activation_checkpointing (transformers "
+            "rejects gradient_checkpointing together with FSDP)"
+        )
+    kw["fsdp"] = True
+    kw["fsdp_config"] = config
+    r.notes.append(
+        "fsdp: transformers 5 (FSDP2 through accelerate); 4.x: fsdp='full_shard auto_wrap' "
+        "and fsdp_config={'fsdp_version': 2, ...}"
+    )
+    for name in ("fsdp_param_dtype", "fsdp_reduce_dtype"):
+        if name in r and r.values[name] != KNOBS[name].default:
+            r.cannot(
+                name,
+                f"{HF} (bf16=True gives bf16 autocast, not FSDP's own dtypes)",
+                "accelerate's FullyShardedDataParallelPlugin(mixed_precision_policy="
+                "MixedPrecisionPolicy(param_dtype=..., reduce_dtype=...))",
+            )
+
+
+FSDP_OPTIONS = (
+    "fsdp_reshard_after_forward",
+    "fsdp_param_dtype",
+    "fsdp_reduce_dtype",
+    "fsdp_cpu_offload",
+)
+
+
+def lightning_kwargs(values: Mapping[str, Any], block_types: Sequence[str] = ()) -> Mapped:
     """Lightning ``Trainer`` and ``DataLoader`` keyword arguments for a config.
 
     Trainer argument names are those of ``lightning.pytorch.Trainer`` 2.x (``precision``
@@ -219,11 +304,49 @@ def lightning_kwargs(values: Mapping[str, Any]) -> Mapped:
         arg = "" if mode == "default" else f", mode={mode!r}"
         how = f"model = torch.compile(model{arg}) before trainer.fit()"
         r.cannot("compile_mode", "Trainer arguments", how)
-    return r.finish({"Trainer": trainer, "DataLoader": loader})
+    sections = {"Trainer": trainer, "DataLoader": loader}
+    if r.values.get("world_size", 1) > 1:
+        trainer["devices"] = r.take("world_size")
+        strategy = _lightning_strategy(r, block_types)
+        trainer["strategy"] = Code(f"{strategy[0]}(**strategy_kwargs)")
+        sections[strategy[0]] = strategy[1]
+    return r.finish(sections)
+
+
+DDP_OPTIONS = ("ddp_bucket_cap_mb", "ddp_gradient_as_bucket_view", "ddp_static_graph")
+
+
+def _lightning_strategy(r: _Rules, block_types: Sequence[str]) -> tuple[str, dict[str, Any]]:
+    """``DDPStrategy`` kwargs (passed on to DistributedDataParallel), or ``FSDPStrategy``'s."""
+    if r.values.get("fsdp", "off") == "off":
+        ddp = {name.removeprefix("ddp_"): r.take(name) for name in DDP_OPTIONS if name in r}
+        return "DDPStrategy", ddp
+    mode = r.take("fsdp")
+    reshard = r.take("fsdp_reshard_after_forward", True)
+    kwargs: dict[str, Any] = {"sharding_strategy": "FULL_SHARD" if reshard else "SHARD_GRAD_OP"}
+    if mode == "blocks":
+        kwargs["auto_wrap_policy"] = Code("{" + ", ".join(block_types or [BLOCK_PLACEHOLDER]) + "}")
+        if not block_types:
+            r.notes.append(f"auto_wrap_policy: replace {BLOCK_PLACEHOLDER} by your block class")
+    param, reduce = r.take("fsdp_param_dtype", "fp32"), r.take("fsdp_reduce_dtype", "fp32")
+    if "bf16" in (param, reduce):
+        dtype = {"fp32": "torch.float32", "bf16": "torch.bfloat16"}
+        kwargs["mixed_precision"] = Code(
+            f"MixedPrecision(param_dtype={dtype[param]}, reduce_dtype={dtype[reduce]})"
+        )
+    if r.take("fsdp_cpu_offload", False):
+        kwargs["cpu_offload"] = True
+    r.notes.append(
+        "FSDPStrategy runs FSDP1 (FullyShardedDataParallel; MixedPrecision from "
+        "torch.distributed.fsdp); autotune measured FSDP2 (fully_shard): the same sharding "
+        "by another implementation. For FSDP2 itself: ModelParallelStrategy and fully_shard "
+        "in configure_model, as `autotune export --format torch` writes it"
+    )
+    return "FSDPStrategy", kwargs
 
 
 def shell_fragment(
-    values: Mapping[str, Any], device: str | None = None
+    values: Mapping[str, Any], device: str | None = None, block_types: Sequence[str] = ()
 ) -> tuple[list[str], Mapped]:
     """Environment lines (every knob as ``AUTOTUNE_<KNOB>``, plus variables torch reads)
     and the Hugging Face mapping for a ``HfArgumentParser`` command line (``device`` as
@@ -232,12 +355,19 @@ def shell_fragment(
     threads = values.get("num_threads")
     if threads:  # 0 means "leave torch's default"
         lines.append(f"export OMP_NUM_THREADS={int(threads)}  # num_threads")
-    return lines, hf_training_arguments(values, device)
+    return lines, hf_training_arguments(values, device, block_types)
+
+
+FSDP_CONFIG_FILE = "fsdp_config.json"
 
 
 def hf_cli_args(kwargs: Mapping[str, Any]) -> list[str]:
-    """``--name value`` flags as ``HfArgumentParser`` reads them (bools as True/False)."""
+    """``--name value`` flags as ``HfArgumentParser`` reads them (bools as True/False).
+
+    ``fsdp_config`` is read from a file on the command line: the flag names
+    :data:`FSDP_CONFIG_FILE`, which the caller writes.
+    """
     out: list[str] = []
     for name, value in kwargs.items():
-        out += [f"--{name}", str(value)]
+        out += [f"--{name}", FSDP_CONFIG_FILE if name == "fsdp_config" else str(value)]
     return out

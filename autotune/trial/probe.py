@@ -172,7 +172,8 @@ def capabilities(device: torch.device, workload: Workload, dataset: Any) -> dict
     compile_ok, compile_reason = compile_support(device)
     torch.manual_seed(0)
     model = workload.model().to(device)
-    shardable = len(list(workload.blocks(model))) if workload.blocks is not None else 0
+    block_list = list(workload.blocks(model)) if workload.blocks is not None else []
+    shardable = len(block_list)
     # Without blocks, the model's own checkpointing counts as one block (no checkpoint_every)
     blocks = shardable or (1 if workload.checkpointing is not None else 0)
     optimizer, impls = optimizer_impls(workload, model)
@@ -194,6 +195,7 @@ def capabilities(device: torch.device, workload: Workload, dataset: Any) -> dict
         "distributed": torch.distributed.is_available(),
         "fsdp": fsdp_available(),
         "shardable_blocks": shardable,
+        "block_types": sorted({type(b).__name__ for b in block_list}),
         "tokens": workload.tokens is not None,
         "token_collate": workload.owns_collate,
         "packing_undeclared": workload.packing_undeclared or "",
@@ -287,9 +289,11 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
             "max": lengths[-1],
             "mean": sum(lengths) / len(lengths),
         }
+    caps = capabilities(device, workload, dataset)
     return {
         "status": OK,
-        "capabilities": capabilities(device, workload, dataset),
-        "environment": environment(device.type),
+        "capabilities": caps,
+        # what the exports name for per-block wrapping (FSDP auto-wrap classes)
+        "environment": {**environment(device.type), "workload_block_types": caps["block_types"]},
         "workload": facts,
     }
