@@ -15,6 +15,7 @@ import yaml
 
 from .config import Config
 from .measurement import OK, PRUNED, Measurement
+from .planned import Plan, Projection, project
 
 # Roles of a trial: the baseline (trial 0), a config the search measured, a proposal of a
 # config measured before (not run again), a run of a measured config in a confirmation
@@ -182,6 +183,7 @@ class TuneResult:
     winner: TrialRecord | None = None  # the fastest config, before dropping neutral knobs
     contributions: list[Contribution] = field(default_factory=list)
     reduction: Reduction | None = None
+    plan: Plan | None = None  # the planned run (trial.planned_*, cost_per_hour)
 
     @classmethod
     def from_trials(
@@ -267,6 +269,17 @@ class TuneResult:
         if record.ratio is not None:
             return record.ratio
         return record.value / base.value
+
+    @property
+    def projection(self) -> Projection | None:
+        """The planned run with the baseline and with the recommendation, from the
+        baseline's aggregated figures and :attr:`speedup` (:func:`autotune.planned.project`);
+        ``None`` without a planned length or a speedup."""
+        best, base = self.best, self.baseline
+        if best is None or base is None:
+            return None
+        same = best.number == base.number
+        return project(self.plan, base.measurement, self.speedup, same)
 
     @property
     def headroom_bytes(self) -> int | None:
@@ -571,6 +584,9 @@ def recommendation(result: TuneResult) -> dict[str, Any]:
         }
     if result.contributions:
         out["contributions"] = [c.to_dict() for c in result.contributions]
+    projection = result.projection
+    if projection is not None:
+        out["planned_run"] = projection.to_dict()
     out["environment"] = result.environment
     out["study"] = {"name": result.study_name, "storage": result.storage}
     return out

@@ -56,6 +56,8 @@ _FIRST_TRIAL_SETTINGS = (
     "seed",
     "memory_cap",
 )
+# Trial settings that change no measurement nor the objective: never in the fingerprint.
+_UNMEASURED_TRIAL_SETTINGS = ("cost_per_hour",)
 SAMPLERS = ("tpe", "tpe-independent", "gp", "random", "grid")
 
 
@@ -68,6 +70,13 @@ class TrialSettings:
     timeout_s: float = 300.0
     planned_steps: int | None = None  # length of the real run; amortises compile time
     seed: int = 0
+    # The real run's length in samples or real tokens instead of steps (at most one of the
+    # three); amortises compile time as planned_steps does (autotune.planned.Plan).
+    planned_samples: int | None = None
+    planned_tokens: int | None = None
+    # What an hour of the machine costs (any currency): the planned run's projected cost.
+    # Changes no measurement, so it is never part of the space's fingerprint.
+    cost_per_hour: float | None = None
     # Token workloads: one untimed forward/backward on the dataset's longest samples
     # before the timed window, so the memory verdict holds for the longest batch.
     longest_batch: bool = True
@@ -239,12 +248,16 @@ class Space:
         def stable(values: dict[str, Any], first: tuple[str, ...]) -> dict[str, Any]:
             return {k: v for k, v in values.items() if k in first or v != defaults[k]}
 
+        trial = {
+            k: v for k, v in self.trial.__dict__.items() if k not in _UNMEASURED_TRIAL_SETTINGS
+        }
+
         data = {
             "workload": self.workload,
             "workload_args": self.workload_args,
             "knobs": {k: list(v) for k, v in sorted(self.knobs.items())},
             "baseline": stable(self.baseline.to_dict(), _FIRST_KNOBS),
-            "trial": stable(self.trial.__dict__, _FIRST_TRIAL_SETTINGS),
+            "trial": stable(trial, _FIRST_TRIAL_SETTINGS),
             "global_batch": self.global_batch,
             "accuracy": self.limits.accuracy.__dict__,
         }

@@ -19,6 +19,7 @@ import yaml
 from .config import Config, resolve_inactive
 from .errors import AutotuneError, SpaceError
 from .knobs import KNOBS, show
+from .planned import PLANNED_KEYS
 from .space import (
     DEVICES,
     SAMPLERS,
@@ -139,6 +140,19 @@ def _positive_number(optional: bool = False):
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
         if not number or not math.isfinite(value) or value <= 0:
             return f"must be a number > 0 but got {value!r}"
+        return None
+
+    return check
+
+
+def _number_at_least(low: float, optional: bool = False):
+    def check(value: Any) -> str | None:
+        if value is None and optional:
+            return None
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        # abs(): an int beyond float's range raises OverflowError in isfinite
+        if not number or value < low or abs(value) >= 1e300 or not math.isfinite(value):
+            return f"must be a number >= {low} but got {value!r}"
         return None
 
     return check
@@ -367,10 +381,25 @@ def parse_space(data: Any, *, source: str = "<space>", base_dir: Path = Path("."
         measured_steps=_int_at_least(2),
         timeout_s=_positive_number(),
         planned_steps=_int_at_least(1, optional=True),
+        planned_samples=_int_at_least(1, optional=True),
+        planned_tokens=_int_at_least(1, optional=True),
+        cost_per_hour=_number_at_least(0, optional=True),
         seed=_int_at_least(0),
         longest_batch=_boolean,
     )
     trial = replace(trial, memory_cap=memory_cap)
+    planned = [key for key in PLANNED_KEYS if getattr(trial, key) is not None]
+    if len(planned) > 1:
+        problems.append(
+            f"trial.{' and trial.'.join(planned)}: at most one of {', '.join(PLANNED_KEYS)} "
+            "may be set (the planned run's length)"
+        )
+    late_notes = []
+    if trial.cost_per_hour is not None and not planned:
+        late_notes.append(
+            "trial.cost_per_hour is set without a planned length (trial.planned_steps, "
+            "planned_samples or planned_tokens): no run's cost is projected"
+        )
     budget = _section(
         data.get("budget"),
         Budget,
@@ -432,7 +461,7 @@ def parse_space(data: Any, *, source: str = "<space>", base_dir: Path = Path("."
         baseline = Config(**values)
     except AutotuneError as e:  # an invalid combination of fixed/baseline knobs
         raise SpaceError(f"{source}: baseline: {str(e).removeprefix('config: ')}") from None
-    notes: list[str] = renamed
+    notes: list[str] = [*renamed, *late_notes]
     global_batch = _fix_global_batch(data, knobs, baseline, problems, notes)
     if problems:
         raise SpaceError([f"{source}: {p}" for p in problems])

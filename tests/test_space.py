@@ -88,6 +88,19 @@ def test_problems_are_gathered_and_name_file_and_key(write_space):
             "search.confirm_rounds: must be an integer",
         ),
         ("workload: m:f\nsearch: {ablate: maybe}\n", "search.ablate: must be"),
+        (
+            "workload: m:f\ntrial: {planned_steps: 10, cost_per_hour: -2}\n",
+            r"trial.cost_per_hour: must be a number >= 0 but got -2$",
+        ),
+        (
+            "workload: m:f\ntrial: {planned_steps: 10, planned_tokens: 9}\n",
+            "trial.planned_steps and trial.planned_tokens: at most one of planned_steps, "
+            "planned_samples, planned_tokens may be set",
+        ),
+        ("workload: m:f\ntrial: {planned_samples: many}\n", "trial.planned_samples: must be an"),
+        ("workload: m:f\ntrial: {planned_tokens: 0.5}\n", "trial.planned_tokens: must be an"),
+        ("workload: m:f\ntrial: {cost_per_hour: 3 EUR}\n", "trial.cost_per_hour: must be a"),
+        ("workload: m:f\ntrial: {cost_per_hour: .inf}\n", "trial.cost_per_hour: must be a"),
     ],
 )
 def test_bad_files_give_one_clear_error(write_space, text, message):
@@ -144,6 +157,30 @@ def test_fingerprint_changes_with_the_space_not_the_budget():
     )
     c = parse_space({"workload": "m:f", "knobs": {"batch_size": [8, 32]}})
     assert a.fingerprint() == b.fingerprint() != c.fingerprint()
+
+
+def test_the_cost_never_changes_the_fingerprint_a_planned_length_does_when_set():
+    """A stored study stays comparable when only the price of an hour changes, or when
+    autotune grows planned_samples; a planned length changes the objective. Would catch
+    cost_per_hour hashed, or a new unset setting hashed as None."""
+
+    def space(**trial):
+        return parse_space({"workload": "m:f", "trial": trial})
+
+    plain = space().fingerprint()
+    assert space(cost_per_hour=12.5).fingerprint() == plain
+    assert space(planned_samples=None, planned_tokens=None).fingerprint() == plain
+    assert space(planned_samples=1000).fingerprint() != plain
+    assert space(planned_tokens=1000).fingerprint() != plain
+    steps = space(planned_steps=1000).fingerprint()
+    assert space(planned_steps=1000, cost_per_hour=3).fingerprint() == steps != plain
+
+
+def test_a_cost_without_a_planned_length_is_a_note():
+    space = parse_space({"workload": "m:f", "trial": {"cost_per_hour": 3}})
+    assert any("no run's cost is projected" in n for n in space.notes)
+    planned = parse_space({"workload": "m:f", "trial": {"cost_per_hour": 3, "planned_steps": 9}})
+    assert not planned.notes
 
 
 def test_global_batch_defaults_to_the_baseline_and_fixes_the_split(write_space):

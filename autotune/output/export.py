@@ -23,6 +23,7 @@ import yaml
 from ..config import Config
 from ..errors import AutotuneError
 from ..knobs import KNOBS
+from ..planned import Projection
 from ..results import machine_line, recommendation
 from ..space_file import load_space
 from ..study.storage import load_result
@@ -47,10 +48,14 @@ def _header(evidence: Mapping[str, Any] | None) -> list[str]:
             m.get("unit", "samples"),
         )
         line += f": {speedup} over the baseline"
-    return [
+    lines = [
         line,
         f"measured on {machine_line(env)}; a config is only valid where it was measured",
     ]
+    if evidence.get("planned_run"):
+        projection = Projection.from_dict(evidence["planned_run"])
+        lines.append(f"{projection.label}: {projection.text()}")
+    return lines
 
 
 def _py_dict(name: str, d: Mapping[str, Any]) -> list[str]:

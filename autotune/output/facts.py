@@ -212,6 +212,9 @@ def summary_facts(result: TuneResult) -> list[Fact]:
                 WARNING,
             )
         )
+    projection = result.projection
+    if projection is not None:
+        facts.append(Fact("planned_run", projection.label, projection.text()))
     facts += _proof_facts(result)
     m = best.measurement
     memory = fmt_bytes(m.peak_mem_bytes)

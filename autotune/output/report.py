@@ -112,8 +112,8 @@ def make_report(
         if p.get("status") != "ok":
             notes.append(f"profile of trial #{number} failed: {p.get('status')}: {p.get('reason')}")
     objective = f"{result.unit}/s"
-    if space.trial.planned_steps:
-        objective += f" over {space.trial.planned_steps} steps (compile included)"
+    if result.plan is not None:
+        objective += f" over {result.plan.text()} (compile included)"
     files, plot_notes = plots.write_plots(
         study,
         folder,
@@ -151,6 +151,7 @@ def report_data(result: TuneResult, profiles: dict[int, dict[str, Any]]) -> dict
         "memory_headroom_bytes": result.headroom_bytes,
         "loss_deviation": best.loss_deviation if best else None,
         "global_batch": result.global_batch,
+        "planned_run": projection.to_dict() if (projection := result.projection) else None,
         "status_counts": result.status_counts(),
         "trials": [trial_data(t, result) for t in result.trials if t.role != DUPLICATE],
         "profiles": {str(n): {**p, "advice": advice(p, evidence)} for n, p in profiles.items()},

@@ -69,9 +69,9 @@ def verification_lines(v: Verification) -> list[str]:
         f"step{'' if v.warmup_steps == 1 else 's'}, "
         f"each run a fresh process through autotune.apply_workload, {loader}"
     )
-    if v.planned_steps is not None:
+    if v.planned is not None:
         lines.append(
-            f"note: planned_steps is {v.planned_steps}: both speedups compare the planned "
+            f"note: {v.planned.key} is {v.planned.length}: both speedups compare the planned "
             "run's throughput (compile time amortised), as the study ranked configs"
         )
     lines.append(f"logs: {v.folder} (verify.json, one folder per run)")

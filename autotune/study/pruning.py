@@ -56,7 +56,14 @@ class Pruner:
         if p.get("steps", 0) < self.min_steps or p.get("elapsed_s", 0) <= 0:
             return None
         rate, compile_s = self._estimate(p)
-        value = rate_objective(rate, compile_s, self._per_step(p), self.trial)
+        value = rate_objective(
+            rate,
+            compile_s,
+            self._per_step(p),
+            self.trial,
+            samples_per_step=p["samples_per_step"],
+            tokens_per_step=self._per_step(p) if p.get("unit") == TOKENS else None,
+        )
         if value * (1 + self.margin) >= self.best_value:
             return None
         self.last = p

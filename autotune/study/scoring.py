@@ -7,6 +7,7 @@ import statistics
 from dataclasses import dataclass
 
 from ..measurement import NAN, OK, OOM, Measurement
+from ..planned import Plan
 from ..space import AccuracyGuard, Space, TrialSettings
 
 OVER_MEMORY, ACCURACY = "over-memory", "accuracy"
@@ -32,19 +33,30 @@ class Verdict:
 
 
 def rate_objective(
-    rate: float, compile_s: float, per_step: float | None, trial: TrialSettings
+    rate: float,
+    compile_s: float,
+    per_step: float | None,
+    trial: TrialSettings,
+    *,
+    samples_per_step: float | None = None,
+    tokens_per_step: float | None = None,
 ) -> float:
     """The value to maximise for a rate (samples or tokens per second, ``per_step`` of
-    them per optimizer step): the rate, or with ``planned_steps`` the planned run's mean.
+    them per optimizer step): the rate, or with a planned length the planned run's mean.
 
-    With ``planned_steps = P``, a run costs ``compile_s + P * step_s``, so a long compile
-    that saves little per step loses on a short run.
+    With a planned run of ``P`` optimizer steps (``planned_steps``; ``planned_samples``
+    or ``planned_tokens`` divided by this config's ``samples_per_step`` or
+    ``tokens_per_step``: :meth:`autotune.planned.Plan.steps`), a run costs
+    ``compile_s + P * step_s``, so a long compile that saves little per step loses on a
+    short run.
     """
-    if trial.planned_steps is None or per_step is None:
+    plan = Plan.of(trial)
+    steps = plan.steps(samples_per_step, tokens_per_step) if plan is not None else None
+    if steps is None or per_step is None:
         return rate
     step_s = per_step / rate
-    run_s = compile_s + trial.planned_steps * step_s
-    return trial.planned_steps * per_step / run_s
+    run_s = compile_s + steps * step_s
+    return steps * per_step / run_s
 
 
 def objective(m: Measurement, trial: TrialSettings, cold_compile_s: float | None = None) -> float:
@@ -60,7 +72,14 @@ def objective(m: Measurement, trial: TrialSettings, cold_compile_s: float | None
     compile_s = m.compile_s or 0.0
     if m.compile_cache == "warm" and cold_compile_s is not None:
         compile_s = cold_compile_s
-    return rate_objective(m.rate, compile_s, m.per_step, trial)
+    return rate_objective(
+        m.rate,
+        compile_s,
+        m.per_step,
+        trial,
+        samples_per_step=m.samples_per_step,
+        tokens_per_step=m.tokens_per_step,
+    )
 
 
 def _memory(m: Measurement, budget: int | None, max_retries: int) -> tuple[float, str]:

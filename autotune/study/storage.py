@@ -22,6 +22,7 @@ import optuna
 from ..config import Config
 from ..errors import StorageError, first_line
 from ..measurement import OK, Measurement
+from ..planned import Plan
 from ..results import SEARCH, TrialRecord, TuneResult
 from ..space import Space
 from .sampling import ENCODING, INDEXES, VALUES, make_sampler
@@ -185,5 +186,6 @@ def load_result(
         environment=environment,
         memory_budget_bytes=space.limits.memory_bytes(environment.get("device_memory_bytes")),
         global_batch=space.global_batch,
+        plan=Plan.of(space.trial),
     )
     return study, result

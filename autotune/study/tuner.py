@@ -19,9 +19,10 @@ from typing import Any
 import optuna
 
 from ..config import Config, resolve_inactive
-from ..errors import ArgumentError, WorkloadError
+from ..errors import ArgumentError, SpaceError, WorkloadError
 from ..knobs import Capabilities
 from ..measurement import OOM, Measurement
+from ..planned import Plan
 from ..results import (
     BASELINE,
     CONFIRM,
@@ -142,6 +143,12 @@ class Tuner:
             self.space = replace(self.space, lengths_path=str(lengths.resolve()))
         self.capabilities = probe["capabilities"]
         caps = Capabilities.from_dict(self.capabilities)
+        if self.space.trial.planned_tokens is not None and not caps.tokens:
+            raise SpaceError(
+                f"{self.space.source}: trial.planned_tokens: the workload's samples are not "
+                "token sequences (Workload.tokens); give the planned run in planned_steps "
+                "or planned_samples"
+            )
         self.space, notes = self.space.restrict(caps)
         self.environment = probe["environment"]
         self.notes = [*self.space.notes, *notes]
@@ -513,7 +520,7 @@ class Tuner:
         """Judge a measurement, store it on the trial and finish the trial.
 
         ``round_``: the confirmation round of the run; ``cold_compile_s``: the config's
-        cold-cache compile time, charged (with ``planned_steps``) to a warm-cache run.
+        cold-cache compile time, charged (with a planned length) to a warm-cache run.
         """
         verdict = scoring.judge(
             m,
@@ -570,6 +577,7 @@ class Tuner:
             notes=self.notes,
             memory_budget_bytes=self.memory_budget,
             global_batch=self.space.global_batch,
+            plan=Plan.of(self.space.trial),
         )
         if result.best is not None:
             path = write_best_config(result, self.out_dir / "best_config.yaml")

@@ -8,8 +8,9 @@ script does, warms up untimed and times ``steps_factor`` times the trial's measu
 steps. The two runs of a round swap order from one round to the next, so drift of the
 machine hits both alike. The observed speedup is the median over rounds of the
 recommendation's throughput over the baseline's in the study's unit (real tokens/s for
-token workloads, else samples/s; with ``planned_steps`` the same planned-run objective
-the study ranked by), and the error is ``observed / predicted - 1``.
+token workloads, else samples/s; with a planned length, ``trial.planned_steps``,
+``planned_samples`` or ``planned_tokens``, the same planned-run objective the study
+ranked by), and the error is ``observed / predicted - 1``.
 
 Each run's folder (``<runs>/<study>/verify/r<round>-<role>/``) holds ``spec.json``,
 ``result.json`` and the logs; ``verify.json`` next to them holds the whole verification.
@@ -26,6 +27,7 @@ from typing import Any
 
 from ..errors import ArgumentError, StorageError
 from ..measurement import FAILED, OK, TOKENS, compile_estimate_s
+from ..planned import Plan
 from ..results import TrialRecord, TuneResult
 from ..space import Space
 from . import runner
@@ -55,7 +57,7 @@ class VerifyRun:
         unit: the study's unit: ``tokens`` (real tokens) or ``samples``.
         rate: steady-state throughput in the study's unit per second (real tokens/s or
             samples/s), data loading included, warm-up excluded.
-        value: what the ratio compares: ``rate``, or with ``planned_steps`` the planned
+        value: what the ratio compares: ``rate``, or with a planned length the planned
             run's mean throughput (compile time amortised), as the study's objective.
         result: the run's ``result.json`` (samples/s, tokens/s, seconds, epochs...).
     """
@@ -99,7 +101,7 @@ class Verification:
     steps: int
     warmup_steps: int
     endless: bool = False
-    planned_steps: int | None = None
+    planned: Plan | None = None  # the planned run the values amortise compile time over
     runs: list[VerifyRun] = field(default_factory=list)
     folder: Path | None = None
     same_config: bool = False
@@ -160,7 +162,7 @@ class Verification:
             "measured_steps": self.measured_steps,
             "warmup_steps": self.warmup_steps,
             "endless": self.endless,
-            "planned_steps": self.planned_steps,
+            "planned": {self.planned.key: self.planned.length} if self.planned else None,
             "order": [[run.round, run.role] for run in self.runs],
             "runs": [
                 {**asdict(run), "folder": str(run.folder) if run.folder else None}
@@ -281,7 +283,7 @@ def verify_result(
         steps=steps_factor * trial.measured_steps,
         warmup_steps=trial.warmup_steps,
         endless=endless,
-        planned_steps=trial.planned_steps,
+        planned=Plan.of(trial),
         folder=folder,
         same_config=best.number == base.number or best.config == base.config,
     )
@@ -365,7 +367,15 @@ def _verify_run(
         compile_s = compile_estimate_s(
             payload.get("warmup_s") or 0.0, payload.get("warmup_steps") or 0, window_s / steps
         )
-        value = rate_objective(rate, compile_s, per_step, space.trial)
+        samples = payload.get("samples_per_s")
+        value = rate_objective(
+            rate,
+            compile_s,
+            per_step,
+            space.trial,
+            samples_per_step=samples * window_s / steps if samples else None,
+            tokens_per_step=per_step if unit == TOKENS else None,
+        )
     return VerifyRun(
         round=number,
         role=role,

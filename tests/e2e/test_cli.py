@@ -59,8 +59,16 @@ def test_user_mistakes_give_one_line_and_exit_1(write_space, tmp_path):
         "workload: {workloads}:no_blocks\nknobs: {world_size: 2, fsdp: [off, blocks]}\n",
         "no_blocks.yaml",
     )
+    negative_cost = write_space(
+        "workload: {workloads}:tiny\ntrial: {planned_steps: 9, cost_per_hour: -1}\n", "cost.yaml"
+    )
+    two_lengths = write_space(
+        "workload: {workloads}:tiny\ntrial: {planned_steps: 9, planned_tokens: 9}\n", "len.yaml"
+    )
     for path, message in [
         (conflict, "knobs.jit: trace can never apply: needs compile_mode off"),
+        (negative_cost, "trial.cost_per_hour: must be a number >= 0 but got -1"),
+        (two_lengths, "trial.planned_steps and trial.planned_tokens: at most one of"),
         (bad_yaml, "not valid YAML"),
         (unknown_knob, "knobs.batchsize: unknown key (did you mean 'batch_size'?)"),
         (missing_workload, "cannot import module 'no_such_module_xyz'"),
@@ -71,7 +79,7 @@ def test_user_mistakes_give_one_line_and_exit_1(write_space, tmp_path):
         assert message in r.stderr
         assert "Traceback" not in r.stderr
         assert len(r.stderr.strip().splitlines()) == 1
-        if path == conflict:  # rejected before the probe and before any trial
+        if path in (conflict, negative_cost, two_lengths):  # before the probe and any trial
             assert not (tmp_path / "autotune-runs").exists()
         if path == no_blocks:  # rejected after the probe, before any trial
             assert not list((tmp_path / "autotune-runs").glob("*/trial-*"))

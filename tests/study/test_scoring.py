@@ -72,3 +72,35 @@ def test_planned_steps_charges_the_compile_time_once():
     # without planned_steps the objective is the throughput, compile apart
     plain = parse_space({"workload": "m:f"}).trial
     assert objective(compiled, plain) == 102.0
+
+
+def test_planned_samples_and_tokens_amortise_compile_like_the_equivalent_steps():
+    """planned_samples S (or planned_tokens T) is planned_steps S / samples_per_step (T /
+    tokens_per_step): would catch a length taken as steps, or samples divided by the
+    tokens the objective counts."""
+
+    def trial(**planned):
+        return parse_space({"workload": "m:f", "trial": planned}).trial
+
+    compiled = _m(samples_per_s=102.0, samples_per_step=10, compile_s=90.0)
+    steps = objective(compiled, trial(planned_steps=500))
+    assert objective(compiled, trial(planned_samples=5000)) == pytest.approx(steps)
+    assert steps < 102.0  # the compile is charged
+    tokens = Measurement(
+        status="ok",
+        unit="tokens",
+        samples_per_s=102.0,
+        tokens_per_s=51_000.0,
+        samples_per_step=10,
+        tokens_per_step=5000.0,
+        compile_s=90.0,
+    )
+    by_steps = objective(tokens, trial(planned_steps=500))
+    assert by_steps < 51_000.0
+    assert objective(tokens, trial(planned_samples=5000)) == pytest.approx(by_steps)
+    assert objective(tokens, trial(planned_tokens=2_500_000)) == pytest.approx(by_steps)
+    # the pruner and `autotune verify` pass the counts the same way
+    samples = trial(planned_samples=5000)
+    assert rate_objective(
+        51_000.0, 90.0, 5000.0, samples, samples_per_step=10, tokens_per_step=5000.0
+    ) == pytest.approx(by_steps)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import itertools
 
 import optuna
+import pytest
+import yaml
 
-from autotune import Config, Measurement, load_space, tune
+from autotune import Config, Measurement, SpaceError, load_space, tune
 from autotune.results import TrialRecord, TuneResult
 from autotune.study.replay import ReplayBackend, record_table
 
@@ -147,3 +149,30 @@ def test_a_sampler_proposing_measured_configs_still_spends_the_budget(write_spac
     study = optuna.load_study(study_name="space", storage=storage)
     fallback = [t.user_attrs.get("proposed_by") for t in study.trials]
     assert {"neighbour", "random"} & set(fallback)
+
+
+def _planned_space(write_space, trial: str):
+    text = SPACE.replace("SAMPLER", "grid").replace("CONFIRM", "2")
+    return load_space(write_space(text + f"    trial: {trial}\n"))
+
+
+def test_planned_tokens_on_a_workload_without_tokens_fails_before_any_trial(write_space, tmp_path):
+    """The space file cannot know the workload's samples; the probe can. Would catch a
+    planned_tokens silently read as samples."""
+    space = _planned_space(write_space, "{planned_tokens: 1000000}")
+    backend = ReplayBackend(_table())
+    with pytest.raises(SpaceError, match=r"trial.planned_tokens: the workload's samples are not"):
+        tune(space, storage="memory", out_dir=tmp_path, backend=backend)
+    assert backend.calls == []
+
+
+def test_a_planned_study_projects_its_run_in_best_config_yaml(write_space, tmp_path):
+    """The tuner hands the space's plan to the result: would catch a plan lost between
+    the space and best_config.yaml."""
+    space = _planned_space(write_space, "{planned_samples: 3200000, cost_per_hour: 10}")
+    result = tune(space, storage="memory", out_dir=tmp_path, backend=ReplayBackend(_table()))
+    p = result.projection
+    assert p.plan.unit == "samples" and p.plan.cost_per_hour == 10
+    assert p.baseline_s / p.recommended_s == pytest.approx(result.speedup)
+    data = yaml.safe_load(result.best_config_path.read_text())
+    assert data["planned_run"]["length"] == 3_200_000
