@@ -112,3 +112,32 @@ def test_the_probe_finds_the_gpu_and_its_knobs(write_space, tmp_path):
     assert restricted.knobs["matmul_precision"] == ("highest", "high"), notes
     if caps["compile"]:
         assert "reduce-overhead" in restricted.knobs["compile_mode"], notes
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 GPUs"
+)
+def test_fsdp_over_nccl_shards_and_offloads(write_space, tmp_path):
+    """FSDP2 on a GPU mesh (NCCL), with CPU offload: the CUDA-only paths of the fsdp knobs."""
+    space = load_space(
+        write_space("""
+        workload: {workloads}:deep
+        device: cuda
+        global_batch: free
+        trial: {warmup_steps: 2, measured_steps: 6, timeout_s: 300}
+    """)
+    )
+    single = run_trial(space, Config(batch_size=16), tmp_path / "single")
+    fsdp = Config(batch_size=8, world_size=2, fsdp="blocks")
+    sharded = run_trial(space, fsdp, tmp_path / "fsdp")
+    offload = run_trial(space, fsdp.replace(fsdp_cpu_offload=True), tmp_path / "offload")
+    for m in (single, sharded, offload):
+        assert m.ok, m.reason
+        assert m.mem_kind == "cuda_reserved"
+    assert sharded.samples_per_step == 16  # 2 ranks x 8
+    # TF32 is off by default (matmul_precision highest): fp32 sums in another order only
+    assert all(
+        abs(a - b) < 1e-3 * abs(b) for a, b in zip(sharded.losses, single.losses, strict=True)
+    )
+    # offloaded shards, gradients and optimizer state live in host memory
+    assert offload.peak_allocated_bytes < sharded.peak_allocated_bytes
