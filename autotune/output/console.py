@@ -68,10 +68,14 @@ class ConsoleReporter(Reporter):
 
 
 def summary_table(result: TuneResult) -> Table:
-    """Every measured config: status, objective (median of its runs), memory, compile."""
+    """Every measured config: status, objective (median of its runs), memory, compile;
+    and the configs skipped as predicted over memory."""
     tokens = result.unit == TOKENS
     rate = f"{result.unit}/s"
     title = f"study {result.study_name}: {len(result.trials)} configs"
+    skipped = result.status_counts().get(PREDICTED_OVER_MEMORY, 0)
+    if skipped:
+        title += f" ({skipped} predicted over memory, not run)"
     if any(t.ratios for t in result.trials):
         title += " (xN: the median of N paired confirmation rounds; vs baseline: their ratios)"
     table = Table(title=title)

@@ -283,3 +283,17 @@ def test_predict_memory_must_be_a_boolean(write_space):
     with pytest.raises(SpaceError, match=r"search.predict_memory: must be"):
         load_space(write_space("workload: m:f\nsearch: {predict_memory: maybe}\n"))
     assert load_space(write_space("workload: m:f\nbudget: {n_trials: 1}\n")).search.predict_memory
+
+
+def test_the_summary_table_says_which_configs_did_not_run(write_space, tmp_path):
+    from rich.console import Console
+
+    from autotune.output.console import summary_table
+
+    result, _ = _study(write_space, tmp_path, seed=0)
+    skipped = result.status_counts()[PREDICTED_OVER_MEMORY]
+    console = Console(width=200, record=True)
+    console.print(summary_table(result))
+    text = console.export_text()
+    assert f"configs ({skipped} predicted over memory, not run)" in text
+    assert "predicted-over-memory: peak" in text
