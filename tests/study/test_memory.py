@@ -297,3 +297,13 @@ def test_the_summary_table_says_which_configs_did_not_run(write_space, tmp_path)
     text = console.export_text()
     assert f"configs ({skipped} predicted over memory, not run)" in text
     assert "predicted-over-memory: peak" in text
+
+
+def test_advice_does_not_count_a_skipped_config_as_measured(write_space, tmp_path):
+    from autotune.output.advice import Evidence
+
+    result, _ = _study(write_space, tmp_path, seed=0)
+    evidence = Evidence.from_result(result)
+    assert (
+        len(evidence.trials) == len(result.trials) - result.status_counts()[PREDICTED_OVER_MEMORY]
+    )
