@@ -307,3 +307,30 @@ def test_advice_does_not_count_a_skipped_config_as_measured(write_space, tmp_pat
     assert (
         len(evidence.trials) == len(result.trials) - result.status_counts()[PREDICTED_OVER_MEMORY]
     )
+
+
+def test_grid_ends_when_every_config_is_measured_or_skipped(write_space, tmp_path):
+    text = SPACE.replace("BUDGET", str(BUDGET)).replace("SEED", "0").replace("PREDICT", "true")
+    text = text.replace("search: {", "search: {sampler: grid, ").replace("14}", "100}")
+    backend = ReplayBackend(_table())
+    result = tune(
+        load_space(write_space(text)), storage="memory", out_dir=tmp_path, backend=backend
+    )
+    skipped = result.status_counts()[PREDICTED_OVER_MEMORY]
+    assert len(backend.calls) + skipped == 24  # each config run or skipped, once
+    assert len(_over_runs(backend)) == 2  # the first of each group: 8 of 10 skipped
+    assert any("measured or predicted over memory" in n for n in result.notes)
+
+
+def test_a_resumed_study_refits_from_storage_and_skips_do_not_spend_budget(write_space, tmp_path):
+    text = SPACE.replace("BUDGET", str(BUDGET)).replace("SEED", "1").replace("PREDICT", "true")
+    space = load_space(write_space(text))
+    storage = f"sqlite:///{tmp_path}/s.db"
+    first = ReplayBackend(_table())
+    tune(space, storage=storage, out_dir=tmp_path, backend=first, n_trials=6)
+    again = ReplayBackend(_table())
+    result = tune(space, storage=storage, out_dir=tmp_path, backend=again, n_trials=14)
+    calls = [c.key() for c in first.calls + again.calls]
+    assert len(calls) == len(set(calls)) == 14  # nothing run twice, skips not counted
+    assert not any(_peak(c) > BUDGET for c in again.calls)  # the model came back whole
+    assert all(_peak(t.config) > BUDGET for t in result.trials if not t.feasible)
