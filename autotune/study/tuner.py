@@ -569,9 +569,9 @@ class Tuner:
     ) -> TrialRecord:
         """Judge a measurement, store it on the trial and finish the trial.
 
-        ``round_``: the confirmation round of the run; ``cold_compile_s``: the config's
-        cold-cache compile time, charged (with ``planned_steps``) to a warm-cache run;
         ``verdict``: the verdict when it is not the measurement's (a skipped config).
+        ``round_``: the confirmation round of the run; ``cold_compile_s``: the config's
+        cold-cache compile time, charged (with ``planned_steps``) to a warm-cache run.
         """
         if verdict is None:
             verdict = scoring.judge(
