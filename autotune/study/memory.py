@@ -85,12 +85,13 @@ class Prediction:
         ``predicted-over-memory``)."""
         if self.peak_bytes is None:
             return f"out of memory ({self.basis})"
-        peak = f">= {gib(self.peak_bytes)}" if self.certain else f"~{gib(self.peak_bytes)}"
-        return f"peak {peak} > budget {gib(budget)} ({self.basis})"
+        peak = f">= {mib(self.peak_bytes)}" if self.certain else f"~{mib(self.peak_bytes)}"
+        return f"peak {peak} > budget {mib(budget)} ({self.basis})"
 
 
-def gib(n: float) -> str:
-    return f"{n / 2**30:.2f} GiB"
+def mib(n: float) -> str:
+    """Bytes in MiB, as the over-memory verdict writes them (scoring)."""
+    return f"{n / 2**20:.0f} MiB"
 
 
 def memory_key(config: Config, device: str = "cpu") -> tuple[tuple[str, object], ...]:
@@ -229,5 +230,5 @@ class MemoryModel:
         noise = max(self.noise, NOISE_FLOOR * line.mean_y)
         low = peak - Z * noise * line.leverage(x)
         over = line.slope > 0 and low > (1 + MARGIN) * self.budget
-        basis = f"linear in batch size from trials {trials}; at least {gib(low)}"
+        basis = f"linear in batch size from trials {trials}; at least {mib(low)}"
         return Prediction(over, peak, low, basis)

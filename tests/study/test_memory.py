@@ -65,7 +65,7 @@ def test_a_larger_batch_of_a_group_that_went_over_cannot_fit():
     trials = [rec(0, 32, 1.0), rec(1, 64, 2.0, OVER_MEMORY)]
     p = predict(trials, batch_size=128)
     assert p.over and p.certain and "trial 1" in p.basis
-    assert ">= 2.00 GiB > budget 1.75 GiB" in p.reason(BUDGET)
+    assert ">= 2048 MiB > budget 1792 MiB" in p.reason(BUDGET)
     # ... but not a smaller batch, nor another group (checkpointing changes the slope)
     assert not predict(trials, batch_size=48).over
     assert not predict(trials, batch_size=128, gradient_checkpointing=True).over
@@ -103,7 +103,7 @@ def test_a_line_skips_what_is_clearly_over_and_runs_what_is_close():
     far = predict(trials, batch_size=64)  # 2.5 GiB: 43% over
     assert far.over and not far.certain
     assert "linear in batch size from trials 0, 1, 2" in far.basis
-    assert far.reason(BUDGET).startswith("peak ~2.50 GiB > budget 1.75 GiB")
+    assert far.reason(BUDGET).startswith("peak ~2560 MiB > budget 1792 MiB")
     # Over the budget, but within the margin: it runs (and decides).
     close = predict(trials, batch_size=42)  # 1.81 GiB
     assert close.peak_bytes > BUDGET and not close.over
@@ -224,7 +224,7 @@ def test_skips_only_what_cannot_fit_and_runs_few_over_memory(write_space, tmp_pa
     assert len(backend.calls) == 14
     for t in skipped:
         assert t.measurement.peak_mem_bytes is None and t.value == 0.0
-        assert "> budget 1.75 GiB" in t.reason
+        assert "> budget 1792 MiB" in t.reason
     assert result.best.config == Config(batch_size=64, gradient_checkpointing=True, num_workers=1)
 
 
@@ -272,7 +272,7 @@ def test_the_report_shows_what_was_skipped_and_why(write_space, tmp_path):
     )
     data = json.loads(report.data.read_text())
     rows = [t for t in data["trials"] if t["status"] == PREDICTED_OVER_MEMORY]
-    assert len(rows) == skipped and all("> budget 1.75 GiB" in t["reason"] for t in rows)
+    assert len(rows) == skipped and all("> budget 1792 MiB" in t["reason"] for t in rows)
     assert f"{PREDICTED_OVER_MEMORY}: peak" in report.html.read_text()
     assert any(
         "skipped as predicted over the memory budget are not drawn" in n for n in report.notes
