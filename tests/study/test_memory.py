@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 
+import optuna
 import pytest
 
 from autotune import Config, Measurement, load_space, tune
@@ -270,6 +271,12 @@ def test_the_report_shows_what_was_skipped_and_why(write_space, tmp_path):
     report = make_report(
         space, storage=storage, out_dir=tmp_path / "runs", profile=False, backend=backend
     )
+    study = optuna.load_study(study_name="space", storage=storage)
+    stored = [t for t in study.trials if t.user_attrs.get("status") == PREDICTED_OVER_MEMORY]
+    assert stored and all(t.value == 0.0 for t in stored)
+    # Infeasible for the sampler through memory, as a measured over-memory trial is.
+    assert all(t.constraints["memory"] > 0 and t.constraints["failed"] == 0 for t in stored)
+    assert all(t.user_attrs["predicted_peak_bytes"] > BUDGET for t in stored)
     data = json.loads(report.data.read_text())
     rows = [t for t in data["trials"] if t["status"] == PREDICTED_OVER_MEMORY]
     assert len(rows) == skipped and all("> budget 1792 MiB" in t["reason"] for t in rows)
