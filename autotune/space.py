@@ -128,6 +128,9 @@ class SearchSettings:
         min_gain: a knob stays only if the median of its per-round gains is above this
             (0.03: 3%); raise it on a noisy machine, where a neutral knob may beat it by
             chance in most rounds.
+        predict_memory: skip a sampled config that the study's memory model (fitted from
+            its trials, :mod:`autotune.study.memory`) predicts over the memory budget;
+            it is recorded as ``predicted-over-memory`` instead of run.
     """
 
     sampler: str = "tpe"
@@ -140,6 +143,7 @@ class SearchSettings:
     confirm_rounds: int = 3
     ablate: bool = True
     min_gain: float = 0.03
+    predict_memory: bool = True
 
 
 @dataclass(frozen=True)

@@ -440,6 +440,7 @@ def parse_space(data: Any, *, source: str = "<space>", base_dir: Path = Path("."
         confirm_rounds=_int_at_least(0),
         ablate=_boolean,
         min_gain=_below_one,
+        predict_memory=_boolean,
     )
     output_dir = data.get("output_dir", "autotune-runs")
     if not isinstance(output_dir, str) or not output_dir:

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..measurement import OK, PRUNED
 from ..results import TuneResult
+from ..study.scoring import PREDICTED_OVER_MEMORY
 
 # A phase taking at least this share of the step gets a piece of advice.
 DATA_SHARE = 0.20
@@ -64,7 +65,11 @@ class Evidence:
         """The evidence of a study's summarised trials; ``None`` without a winner."""
         if result.best is None or not result.best.value:
             return None
-        rows = tuple((t.config.to_dict(), t.value, t.status) for t in result.trials)
+        rows = tuple(  # a config skipped as predicted over memory was not measured
+            (t.config.to_dict(), t.value, t.status)
+            for t in result.trials
+            if t.status != PREDICTED_OVER_MEMORY
+        )
         return cls(
             rows,
             result.best.config.to_dict(),

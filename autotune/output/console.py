@@ -13,6 +13,7 @@ from rich.table import Table
 from ..measurement import TOKENS
 from ..results import REPEAT, TrialRecord, TuneResult
 from ..study.reporter import Reporter
+from ..study.scoring import PREDICTED_OVER_MEMORY
 from .advice import Evidence, advice
 from .facts import ERROR, WARNING, compile_cell, fmt_bytes, rate_text, summary_facts
 from .report import Report
@@ -52,7 +53,9 @@ class ConsoleReporter(Reporter):
             status = f"[red]{record.status}[/red]: {escape(record.reason)}"
         best_text = f"best #{best.number} {_speedup(best, baseline)}" if best else "best -"
         of = f"/{total}" if total else ""
-        if record.round is not None:
+        if record.status == PREDICTED_OVER_MEMORY:  # not run: no place in the budget
+            head = "skipped"
+        elif record.round is not None:
             again = f", again #{record.repeat_of}" if record.role == REPEAT else ""
             head = f"confirm round {record.round}{again}"
         else:
@@ -65,10 +68,14 @@ class ConsoleReporter(Reporter):
 
 
 def summary_table(result: TuneResult) -> Table:
-    """Every measured config: status, objective (median of its runs), memory, compile."""
+    """Every measured config: status, objective (median of its runs), memory, compile;
+    and the configs skipped as predicted over memory."""
     tokens = result.unit == TOKENS
     rate = f"{result.unit}/s"
     title = f"study {result.study_name}: {len(result.trials)} configs"
+    skipped = result.status_counts().get(PREDICTED_OVER_MEMORY, 0)
+    if skipped:
+        title += f" ({skipped} predicted over memory, not run)"
     if any(t.ratios for t in result.trials):
         title += " (xN: the median of N paired confirmation rounds; vs baseline: their ratios)"
     table = Table(title=title)

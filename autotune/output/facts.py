@@ -14,6 +14,7 @@ from ..results import (
     TrialRecord,
     TuneResult,
 )
+from ..study.scoring import PREDICTED_OVER_MEMORY
 
 INFO, WARNING, ERROR = "info", "warning", "error"
 
@@ -172,6 +173,16 @@ def summary_facts(result: TuneResult) -> list[Fact]:
                 "pruning",
                 "pruning",
                 f"stopped {pruned} trial(s) early, saving ~{saved_s:.1f} s of measured steps",
+            )
+        )
+    skipped = result.status_counts().get(PREDICTED_OVER_MEMORY, 0)
+    if skipped:
+        facts.append(
+            Fact(
+                "memory_prediction",
+                "memory prediction",
+                f"skipped {skipped} config(s) predicted over the memory budget, not run "
+                "(search.predict_memory)",
             )
         )
     overhead = result.overhead()

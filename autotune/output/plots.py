@@ -36,6 +36,7 @@ from ..knobs import KNOBS
 from ..measurement import PRUNED
 from ..results import DUPLICATE
 from ..study.sampling import knob_of
+from ..study.scoring import PREDICTED_OVER_MEMORY
 
 # Ordinal knobs spanning at least this ratio get a log axis (batch sizes 8..512).
 LOG_AXIS_RATIO = 8
@@ -118,7 +119,15 @@ def _distributions(trials: list[FrozenTrial]) -> dict[str, BaseDistribution]:
 
 
 def _finished(trial: FrozenTrial) -> bool:
-    return trial.state == TrialState.COMPLETE and "config" in trial.user_attrs
+    """A finished trial that ran: a config skipped as predicted over memory has no
+    throughput or memory of its own to draw."""
+    return (
+        trial.state == TrialState.COMPLETE and "config" in trial.user_attrs and not _skipped(trial)
+    )
+
+
+def _skipped(trial: FrozenTrial) -> bool:
+    return trial.user_attrs.get("status") == PREDICTED_OVER_MEMORY
 
 
 def kind(trial: FrozenTrial) -> str:
@@ -353,6 +362,12 @@ def draw_plots(
     pareto = _copy(trials, _feasible, _throughput_and_memory, ["maximize", "minimize"])
     figures: dict[str, Any] = {}
     notes: list[str] = []
+    skipped = sum(1 for t in trials if _skipped(t) and _unique(t))
+    if skipped:
+        notes.append(
+            f"{skipped} config(s) skipped as predicted over the memory budget are not drawn "
+            "(never run)"
+        )
 
     def draw(name: str, make: Callable[[], Any], decorate: Callable[[Any], None] = None) -> None:
         before = set(plt.get_fignums())

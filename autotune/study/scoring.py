@@ -11,6 +11,9 @@ from ..planned import Plan
 from ..space import AccuracyGuard, Space, TrialSettings
 
 OVER_MEMORY, ACCURACY = "over-memory", "accuracy"
+# A search config not run: the study's memory model (autotune.study.memory) predicts it
+# over the budget. Infeasible for the sampler, never measured.
+PREDICTED_OVER_MEMORY = "predicted-over-memory"
 
 
 @dataclass(frozen=True)
@@ -168,3 +171,14 @@ def judge(
     if reference and m.losses and space.fixed_batch and status in (OK, ACCURACY, OVER_MEMORY):
         deviation = accuracy_deviation(m.losses, reference, limits.accuracy.last_k)
     return Verdict(status, reason, constraints, memory_budget_bytes, deviation)
+
+
+def predicted_over(peak_bytes: float | None, reason: str, memory_budget_bytes: int) -> Verdict:
+    """The verdict of a config skipped as predicted over the budget: the memory
+    constraint is the predicted excess (1 when only an out-of-memory run is known), so
+    the sampler steers away from it as from a measured one."""
+    over = 1.0
+    if peak_bytes is not None:
+        over = max((peak_bytes - memory_budget_bytes) / memory_budget_bytes, 1e-3)
+    constraints = {"failed": 0.0, "memory": over, "accuracy": 0.0}
+    return Verdict(PREDICTED_OVER_MEMORY, reason, constraints, memory_budget_bytes)

@@ -43,12 +43,15 @@ from . import confirm, coordination, scoring
 from .backend import SubprocessBackend, TrialBackend
 from .coordination import claim, held, running_keys, running_roles, waiting_roles
 from .heartbeat import Heartbeat, fail_stale_trials
+from .memory import MemoryModel, Prediction
 from .reporter import Reporter
 from .sampling import encode, every_config, make_sampler, sample, unmeasured
 from .storage import open_study, records
 
 # The search stops when the sampler proposes this many measured configs in a row and no
-# unmeasured config can be found instead.
+# unmeasured config can be found instead. A config skipped as predicted over memory
+# counts as such a proposal: it spends no budget (it costs nothing), so without the
+# streak a sampler stuck in an over-memory region would loop.
 MAX_DUPLICATES_IN_A_ROW = 30
 
 
@@ -199,22 +202,37 @@ class Tuner:
 
         while True:
             trials = records(study)
-            measured = {t.config.key(): t for t in trials if t.role not in (DUPLICATE, REPEAT)}
+            # Configs skipped as predicted over memory were never run: not measured, and
+            # they spend no budget (their streak is bounded like the duplicates').
+            skipped = {
+                t.config.key(): t
+                for t in trials
+                if t.status == scoring.PREDICTED_OVER_MEMORY and t.role == SEARCH
+            }
+            measured = {
+                t.config.key(): t
+                for t in trials
+                if t.role not in (DUPLICATE, REPEAT) and t.status != scoring.PREDICTED_OVER_MEMORY
+            }
             running = running_keys(study)
             # Configs the confirmation measured (ablations) do not spend the budget.
             searched = {k for k, t in measured.items() if t.role != CONFIRM}
             done = len(searched | running)
+            covered = len(searched | running | skipped.keys())
             if self.n_trials is not None and done >= self.n_trials:
                 break
             if self.timeout_s is not None and time.monotonic() - start >= self.timeout_s:
                 break
-            if done >= size or dup_streak >= MAX_DUPLICATES_IN_A_ROW:
+            if covered >= size or dup_streak >= MAX_DUPLICATES_IN_A_ROW:
                 break
             trial = study.ask()
             config = sample(space, trial)
             key = config.key()
             previous = measured.get(key)
-            if previous is not None or key in running:
+            skip = None
+            if previous is None and key not in running:
+                skip = self._predicted(trials, trial, config)
+            if previous is not None or key in running or (skip and key in skipped):
                 if previous is not None:  # measured before: reuse it, spend nothing
                     self._tell(
                         study,
@@ -224,6 +242,8 @@ class Tuner:
                         DUPLICATE,
                         duplicate_of=previous.number,
                     )
+                elif skip is not None:  # skipped before, and still predicted over
+                    self._skip(study, trial, config, skip, duplicate_of=skipped[key].number)
                 else:  # another worker is measuring it right now
                     study.tell(trial, state=optuna.trial.TrialState.FAIL)
                 dup_streak += 1
@@ -235,9 +255,8 @@ class Tuner:
                 # the optimum at 20 trials: LM grid 20/20 seeds against 12/20).
                 # Random search stays random (without replacement): no local moves.
                 top = [] if space.search.sampler == "random" else ranked(summarize(trials))
-                found = unmeasured(
-                    space, [t.config for t in top[:3]], measured.keys() | running, rng, pool
-                )
+                taken = measured.keys() | running | skipped.keys()
+                found = unmeasured(space, [t.config for t in top[:3]], taken, rng, pool)
                 if found is None:
                     break  # every config is measured
                 # Queued and taken at once, so no queued trial outlives the loop.
@@ -248,6 +267,13 @@ class Tuner:
                 if key in measured or key in running:  # not ours: another worker queued it
                     study.tell(trial, state=optuna.trial.TrialState.FAIL)
                     continue
+                skip = self._predicted(trials, trial, config)
+            if skip is not None:  # predicted over memory: recorded, not run
+                record = self._skip(study, trial, config, skip)
+                trials.append(record)
+                self.reporter.trial(record, best_of(trials), baseline_of(trials), done, None)
+                dup_streak += 1
+                continue
             if not claim(study, trial, key):  # a worker beside us raced us to it
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
                 dup_streak += 1
@@ -262,10 +288,51 @@ class Tuner:
             fail_stale_trials(study, grace_s)  # a worker beside us may have died meanwhile
         if dup_streak >= MAX_DUPLICATES_IN_A_ROW:
             self.notes.append(
-                f"stopped: the sampler proposed {dup_streak} measured configs in a row"
+                f"stopped: the sampler proposed {dup_streak} measured (or predicted over "
+                "memory) configs in a row"
             )
         elif done >= size:
             self.notes.append(f"all {size} configs of the space are measured")
+        elif covered >= size:
+            self.notes.append(
+                f"all {size} configs of the space are measured or predicted over memory"
+            )
+
+    def _predicted(
+        self, trials: list[TrialRecord], trial: optuna.Trial, config: Config
+    ) -> Prediction | None:
+        """The prediction that ``config`` cannot fit the memory budget, or ``None`` (it may
+        fit, or the trial must run: the baseline, a retry, ``search.predict_memory`` off).
+
+        The model is fitted afresh from ``trials`` (read from storage this iteration): a
+        config predicted to fit that then went over is data for the next prediction.
+        """
+        if not self.space.search.predict_memory or self.memory_budget is None:
+            return None
+        if trial.user_attrs.get("role", SEARCH) != SEARCH or "retry_of" in trial.user_attrs:
+            return None
+        device = str(self.capabilities.get("device", "cpu"))
+        prediction = MemoryModel(trials, self.memory_budget, device).predict(config)
+        return prediction if prediction.over else None
+
+    def _skip(
+        self,
+        study: optuna.Study,
+        trial: optuna.Trial,
+        config: Config,
+        prediction: Prediction,
+        duplicate_of: int | None = None,
+    ) -> TrialRecord:
+        """Store ``config`` as skipped, predicted over the memory budget: value 0 and a
+        positive memory constraint, so the sampler avoids the region as after a run."""
+        assert self.memory_budget is not None
+        reason = prediction.reason(self.memory_budget)
+        m = Measurement(status=scoring.PREDICTED_OVER_MEMORY, reason=reason)
+        verdict = scoring.predicted_over(prediction.peak_bytes, reason, self.memory_budget)
+        if prediction.peak_bytes is not None:
+            trial.set_user_attr("predicted_peak_bytes", int(prediction.peak_bytes))
+        role = SEARCH if duplicate_of is None else DUPLICATE
+        return self._tell(study, trial, config, m, role, duplicate_of=duplicate_of, verdict=verdict)
 
     def _confirm(self, study: optuna.Study) -> None:
         """Paired, rotated rounds after the search (see :mod:`autotune.study.confirm`):
@@ -352,7 +419,11 @@ class Tuner:
         first = confirm.first_round(conf, plan, rounds, used)
         study.set_user_attr("confirmation", conf)
         done = {(t.round, t.config.key()) for t in trials if t.round is not None}
-        originals = {t.config.key(): t for t in trials if t.role not in (DUPLICATE, REPEAT)}
+        originals = {  # a config skipped as predicted over memory was never measured
+            t.config.key(): t
+            for t in trials
+            if t.role not in (DUPLICATE, REPEAT) and t.status != scoring.PREDICTED_OVER_MEMORY
+        }
         for index in range(rounds):
             number = first + index
             for config in confirm.rotated(plan, index):
@@ -516,18 +587,21 @@ class Tuner:
         reference: list[float] | None = None,
         round_: int | None = None,
         cold_compile_s: float | None = None,
+        verdict: scoring.Verdict | None = None,
     ) -> TrialRecord:
         """Judge a measurement, store it on the trial and finish the trial.
 
+        ``verdict``: the verdict when it is not the measurement's (a skipped config).
         ``round_``: the confirmation round of the run; ``cold_compile_s``: the config's
         cold-cache compile time, charged (with a planned length) to a warm-cache run.
         """
-        verdict = scoring.judge(
-            m,
-            self.space,
-            reference=reference or self._reference_for(study, config),
-            memory_budget_bytes=self.memory_budget,
-        )
+        if verdict is None:
+            verdict = scoring.judge(
+                m,
+                self.space,
+                reference=reference or self._reference_for(study, config),
+                memory_budget_bytes=self.memory_budget,
+            )
         value = scoring.objective(m, self.space.trial, cold_compile_s)
         attrs = {  # role first: a duplicate or repeat never looks like a claimant
             "role": role,
