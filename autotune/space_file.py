@@ -313,6 +313,17 @@ def _fix_global_batch(
             + f" does not divide global_batch {raw}"
         )
         return None
+    # The baseline's micro-batch is always a candidate: it must split the global batch for
+    # every world size searched too, or a sampled config would have no accumulation.
+    odd = [w for w in worlds if raw % (baseline.batch_size * w)]
+    if odd:
+        given = "batch_size" in (data.get("baseline") or {})
+        problems.append(
+            f"baseline.batch_size: {baseline.batch_size}{'' if given else ' (the default)'} x "
+            f"world_size {odd[0]} (searched) does not divide global_batch {raw}; set "
+            "baseline.batch_size to one that divides it for every world_size"
+        )
+        return None
     if "accumulation_steps" in (data.get("baseline") or {}) and baseline.global_batch != raw:
         problems.append(
             f"baseline: batch_size x accumulation_steps = {baseline.global_batch} "

@@ -269,11 +269,17 @@ def test_memory_limits_parse_sizes_and_fractions(write_space):
             r"baseline: prefetch_factor=4 needs num_workers > 0 \(num_workers is 0\)",
         ),
         (
+            "knobs: {world_size: [1, 2], batch_size: [8, 16]}\nglobal_batch: 32\n",
+            r"baseline.batch_size: 32 \(the default\) x world_size 2 \(searched\) does not "
+            "divide global_batch 32",
+        ),
+        (
             "knobs: {fsdp: [off, blocks]}\n",
             r"knobs.fsdp: blocks can never apply: needs world_size > 1 \(world_size is 1\)",
         ),
         (
-            "knobs: {world_size: [1, 2], fsdp_reshard_after_forward: [true, false]}\n",
+            "knobs: {world_size: [1, 2], fsdp_reshard_after_forward: [true, false]}\n"
+            "global_batch: free\n",
             "knobs.fsdp_reshard_after_forward: false can never apply: needs fsdp other than off",
         ),
         (
