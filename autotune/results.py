@@ -254,6 +254,13 @@ class TuneResult:
         return "tokens" if "tokens" in units else "samples"
 
     @property
+    def memory_label(self) -> str:
+        """``peak mem``, or ``peak mem per rank`` where some trial ran several processes
+        (the memory judged is then the largest of the ranks' peaks)."""
+        sharded = any(t.config.world_size > 1 for t in self.trials)
+        return "peak mem per rank" if sharded else "peak mem"
+
+    @property
     def speedup(self) -> float | None:
         """The recommended config against the baseline: the median of their per-round
         paired ratios when both ran in confirmation rounds, else the ratio of their

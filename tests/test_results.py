@@ -124,3 +124,17 @@ def test_a_finalist_the_rounds_never_reached_cannot_win():
         trials += [paired(4 + 2 * r, 16, 118.0, r, repeat_of=1)]
     result = TuneResult.from_trials("s", "m", trials, {"finalists": [1, 2]})
     assert result.winner.number == 1 and result.speedup == 1.18
+
+
+def test_memory_of_a_multi_process_trial_is_labelled_per_rank():
+    from autotune.output.console import summary_table
+    from autotune.output.facts import summary_facts
+
+    single = TuneResult.from_trials("s", "m", [run(0, 8, 100.0, BASELINE), run(1, 16, 150.0)])
+    assert single.memory_label == "peak mem"
+    sharded = TrialRecord(2, Config(batch_size=8, world_size=2, fsdp="blocks"), OK, 180.0)
+    result = TuneResult.from_trials("s", "m", [run(0, 8, 100.0, BASELINE), sharded])
+    assert result.memory_label == "peak mem per rank"
+    assert summary_table(result).columns[6].header == "peak mem per rank"
+    memory = next(f for f in summary_facts(result) if f.key == "memory")
+    assert "the largest of its 2 processes' peaks" in memory.text

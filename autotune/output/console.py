@@ -79,7 +79,7 @@ def summary_table(result: TuneResult) -> Table:
     if any(t.ratios for t in result.trials):
         title += " (xN: the median of N paired confirmation rounds; vs baseline: their ratios)"
     table = Table(title=title)
-    columns = ["#", "role", "config", "status", rate, "vs baseline", "peak mem"]
+    columns = ["#", "role", "config", "status", rate, "vs baseline", result.memory_label]
     columns += ["padding"] if tokens else []
     columns += ["compile s", "step cv"]
     paired = any(t.ratios for t in result.trials)

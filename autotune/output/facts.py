@@ -234,6 +234,8 @@ def summary_facts(result: TuneResult) -> list[Fact]:
             f"peak {memory} of a {fmt_bytes(result.memory_budget_bytes)} budget "
             f"(headroom {fmt_bytes(result.headroom_bytes)})"
         )
+    if best.config.world_size > 1:
+        memory += f" (the largest of its {best.config.world_size} processes' peaks)"
     facts.append(Fact("memory", "memory", memory))
     if m.peak_longest_bytes is not None:
         facts.append(

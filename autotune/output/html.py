@@ -231,7 +231,7 @@ def _profile_html(
 def _trials_html(result: TuneResult) -> str:
     head = (
         f"<tr><th>#</th><th>role</th><th>config</th><th>status</th><th>{result.unit}/s</th>"
-        "<th>vs baseline</th><th>peak mem</th><th>compile s</th><th>step cv</th>"
+        f"<th>vs baseline</th><th>{result.memory_label}</th><th>compile s</th><th>step cv</th>"
         "<th>loss dev.</th></tr>"
     )
     rows = []
