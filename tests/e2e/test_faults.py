@@ -69,6 +69,13 @@ def test_compile_failure_is_recorded_not_fatal(write_space, tmp_path):
     assert "InductorError: InvalidCxxCompiler" in by_mode["default"].reason
 
 
+def _default_sigint() -> None:
+    # A shell without job control starts background commands with SIGINT ignored, and
+    # the ignore is inherited: a suite run as `.ci/run &` would otherwise see a driver
+    # that Ctrl-C cannot reach. The driver gets SIGINT as a terminal would deliver it.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _cli(space: Path, cwd: Path, *args: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(
@@ -78,6 +85,7 @@ def _cli(space: Path, cwd: Path, *args: str) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_default_sigint,
     )
 
 
