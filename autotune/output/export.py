@@ -173,7 +173,7 @@ def _torch(
     rest = [
         f"# {k}={v!r}: {trainer_args.PLAIN_PYTORCH.get(k, 'see autotune.apply').format(v=v)}"
         for k, v in config.to_dict().items()
-        if k not in skip and v != KNOBS[k].default
+        if k not in skip and (v != KNOBS[k].default or k == "batch_size")
     ]
     return [*lines, *(["# the other knobs:"] if rest else []), *rest]
 

@@ -344,3 +344,12 @@ def test_sharded_configs_map_to_fsdp2_settings_and_strategies():
     # the env export writes the FSDP config file HfArgumentParser reads
     env = export_config(fsdp, "env")
     assert "> fsdp_config.json" in env and "--fsdp_config fsdp_config.json" in env
+
+
+def test_torch_export_of_a_single_process_config_names_the_batch():
+    text = export_config(Config(accumulation_steps=4, compile_mode="default"), "torch")
+    compile(text, "train.py", "exec")
+    assert "# batch_size=32: DataLoader(batch_size=32)" in text  # the default, still said
+    assert "# accumulation_steps=4: step the optimizer every 4 micro-batches" in text
+    assert "torch.compile(model, mode=...)" in text
+    assert "fully_shard" not in text and "init_process_group" not in text
