@@ -76,3 +76,30 @@ def compile_error() -> autotune.Workload:
         dataset=Blobs,
         loss=lambda m, b: F.cross_entropy(m(b[0]), b[1]),
     )
+
+
+class HangsInWorkers(Blobs):
+    """Loads fine in the trial process, hangs in a DataLoader worker process."""
+
+    def __getitem__(self, i: int):
+        if torch.utils.data.get_worker_info() is not None:
+            time.sleep(10**6)
+        return super().__getitem__(i)
+
+
+class AbortsAtLargeBatches(MLP):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] >= 64:
+            os.abort()
+        return super().forward(x)
+
+
+def hangs_and_aborts() -> autotune.Workload:
+    """A DataLoader worker that hangs and a forward that aborts at batch 64 or more: two
+    faults that leave no Python traceback, only their stacks (faulthandler)."""
+    return autotune.Workload(
+        name="hangs-and-aborts",
+        model=AbortsAtLargeBatches,
+        dataset=HangsInWorkers,
+        loss=lambda m, b: F.cross_entropy(m(b[0]), b[1]),
+    )

@@ -24,8 +24,10 @@ from ..config import Config
 from ..errors import WorkloadError
 from ..measurement import FAILED, OOM, PRUNED, TIMEOUT, Measurement
 from ..space import Space
+from . import stacks
 from .procs import group_memory_bytes
 from .pruning import Pruner
+from .stacks import STACKS_SIGNAL, STACKS_WAIT_S, read_location
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -34,6 +36,16 @@ def _kill_group(proc: subprocess.Popen) -> None:
     except (ProcessLookupError, PermissionError):
         pass
     proc.wait()
+
+
+def _ask_for_stacks(proc: subprocess.Popen) -> None:
+    """Make every process of the trial write its Python stacks to its log (faulthandler,
+    registered by the trial process and inherited by its forked DataLoader workers)."""
+    try:
+        os.killpg(proc.pid, STACKS_SIGNAL)
+    except (ProcessLookupError, PermissionError):
+        return
+    time.sleep(STACKS_WAIT_S)
 
 
 def _describe_exit(returncode: int) -> str:
@@ -101,6 +113,7 @@ def _supervise(
         except subprocess.TimeoutExpired:
             pass
         if time.monotonic() >= deadline:
+            _ask_for_stacks(proc)
             _kill_group(proc)
             return {"status": TIMEOUT, "reason": f"no result within {timeout_s:g} s; killed"}
         if memory_cap_bytes is not None:
@@ -143,6 +156,7 @@ def run_child(
     spec_path, result_path = folder / "spec.json", folder / "result.json"
     spec_path.write_text(json.dumps(spec, indent=1, default=str))
     result_path.unlink(missing_ok=True)
+    stacks.clear(folder)
     start = time.perf_counter()
     with open(folder / "stdout.log", "wb") as out, open(folder / "stderr.log", "wb") as err:
         world_size = int(spec.get("config", {}).get("world_size", 1))
@@ -154,11 +168,23 @@ def run_child(
             raise
         # Reap anything the child left behind in its group (e.g. DataLoader workers).
         _kill_group(proc)
+    stacks.clear(folder, empty_only=True)
     if stopped is not None:
+        if stopped["status"] == TIMEOUT:  # where it hung, from the stacks it wrote
+            where = read_location(folder)
+            if where:
+                stopped = {**stopped, "reason": f"{stopped['reason']}: hung in {where}"}
         return {**stopped, "wall_s": time.perf_counter() - start}
     if result_path.exists():  # written by the trial (rank 0 under DDP), whatever its status
         return json.loads(result_path.read_text())
     reason = _describe_exit(proc.returncode)
+    where = read_location(folder)  # a fatal signal's stacks (faulthandler)
+    if where:
+        return {
+            "status": FAILED,
+            "reason": f"{reason} in {where}",
+            "wall_s": time.perf_counter() - start,
+        }
     tail = _last_line(folder / "stderr.log")
     return {
         "status": FAILED,

@@ -4,10 +4,35 @@ Exit code 0 means the result file was written (whatever the trial's status); any
 else means the process died before that. ``--ranks N`` starts a DDP trial of N ranks.
 """
 
+import faulthandler
+import os
+import signal
 import sys
 import time
+from pathlib import Path
 
 T0 = time.perf_counter()  # before torch is imported: the trial's start-up cost counts
+
+
+def _write_stacks() -> None:
+    """Where a trial crashed or hung (``autotune.study.stacks``): a fatal signal writes
+    every thread's stack to ``stacks-<pid>.log`` in the trial's folder, and so does
+    SIGUSR1, which the supervisor sends before it kills a trial that overran its timeout.
+    One file per process (the processes' writes would interleave in one): a forked
+    DataLoader worker opens its own."""
+    global _STACKS
+    folder = Path(sys.argv[-1]).parent  # RESULT.json's folder
+    try:
+        _STACKS = open(folder / f"stacks-{os.getpid()}.log", "w")  # noqa: SIM115 (kept open)
+    except OSError:
+        return
+    faulthandler.enable(file=_STACKS, all_threads=True)
+    faulthandler.register(signal.SIGUSR1, file=_STACKS, all_threads=True)
+
+
+_STACKS = None
+_write_stacks()
+os.register_at_fork(after_in_child=_write_stacks)
 
 from .guard import die_with_driver, launch_ranks  # noqa: E402
 

@@ -36,9 +36,9 @@ def test_every_fault_is_a_recorded_trial_and_the_study_completes(write_space, tm
         9: ("failed", "ValueError: the user's loss function has a bug"),
         10: ("oom", "can't allocate memory"),
         11: ("oom", "over the per-trial cap of 1536 MiB; killed"),
-        12: ("failed", "killed by SIGABRT"),
-        13: ("failed", "killed by SIGSEGV"),
-        14: ("timeout", "no result within 25 s; killed"),
+        12: ("failed", "killed by SIGABRT in _abort (faulty.py:"),
+        13: ("failed", "killed by SIGSEGV in _segfault (faulty.py:"),
+        14: ("timeout", "no result within 25 s; killed: hung in _hang (faulty.py:"),
         15: ("nan", "loss is nan at step 0"),
     }
     for batch, (status, text) in expect.items():
@@ -53,6 +53,30 @@ def test_every_fault_is_a_recorded_trial_and_the_study_completes(write_space, tm
     measured = [t for t in study.trials if t.user_attrs["role"] != "duplicate"]
     assert sum(1 for t in measured if t.constraints["failed"] > 0) == 6
     assert wait_no_children(tmp_path) == []  # the hung trial's DataLoader worker included
+
+
+def test_a_hung_worker_and_an_aborted_forward_are_named(write_space, tmp_path):
+    """The faults that used to leave empty logs: the reason names the function, its file
+    and line, and the process (from the stacks faulthandler wrote)."""
+    from autotune import Config
+    from autotune.study.runner import run_trial
+
+    space = load_space(
+        write_space(f"""
+        workload: {FAULTY}:hangs_and_aborts
+        global_batch: free
+        trial: {{warmup_steps: 1, measured_steps: 2, timeout_s: 15}}
+    """)
+    )
+    hung = run_trial(space, Config(batch_size=8, num_workers=1), tmp_path / "hung")
+    assert hung.status == "timeout"
+    assert "hung in __getitem__ (faulty.py:" in hung.reason, hung.reason
+    assert hung.reason.endswith("in a DataLoader worker"), hung.reason
+    aborted = run_trial(space, Config(batch_size=64), tmp_path / "aborted")
+    assert aborted.status == "failed"
+    assert "killed by SIGABRT in forward (faulty.py:" in aborted.reason, aborted.reason
+    assert aborted.reason.endswith("in the trial process"), aborted.reason
+    assert wait_no_children(tmp_path) == []
 
 
 def test_compile_failure_is_recorded_not_fatal(write_space, tmp_path):
