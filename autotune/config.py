@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from .errors import AutotuneError
+from .errors import AutotuneError, yaml_problem
 from .knobs import KNOBS, show
 
 
@@ -170,8 +170,10 @@ def load_config(path: str) -> Config:
     """Load the ``config:`` section of a ``best_config.yaml`` (or a plain mapping file)."""
     try:
         data = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise AutotuneError(f"{path}: cannot read config: {e}") from None
+    except OSError as e:
+        raise AutotuneError(f"{path}: cannot read config: {e.strerror or e}") from None
+    except yaml.YAMLError as e:
+        raise AutotuneError(f"{path}: cannot read config: {yaml_problem(e)}") from None
     if isinstance(data, dict) and isinstance(data.get("config"), dict):
         data = data["config"]
     if not isinstance(data, dict):

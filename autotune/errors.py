@@ -48,3 +48,11 @@ def first_line(exc: BaseException) -> str:
     if lines[0].endswith(":") and len(lines) > 1:
         return f"{lines[0]} {lines[1]}"
     return lines[0]
+
+
+def yaml_problem(exc: BaseException) -> str:
+    """A YAML parse error in one line: ``at line 3, column 7: expected ',' or ']'``."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+    problem = getattr(exc, "problem", None) or first_line(exc)
+    return f"not valid YAML{where}: {problem}"

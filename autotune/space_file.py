@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from .config import Config, resolve_inactive
-from .errors import AutotuneError, SpaceError
+from .errors import AutotuneError, SpaceError, yaml_problem
 from .knobs import KNOBS, show
 from .planned import PLANNED_KEYS
 from .space import (
@@ -536,10 +536,7 @@ def load_space(path: str | Path) -> Space:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise SpaceError(f"{path}: not valid YAML{where}: {problem}") from None
+        raise SpaceError(f"{path}: {yaml_problem(e)}") from None
     except (ValueError, RecursionError, OverflowError) as e:  # bad dates, absurd nesting
         raise SpaceError(f"{path}: not valid YAML: {type(e).__name__}: {e}") from None
     space = parse_space(data, source=str(path), base_dir=path.resolve().parent)

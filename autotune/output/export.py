@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from ..config import Config
-from ..errors import AutotuneError
+from ..errors import AutotuneError, yaml_problem
 from ..knobs import KNOBS
 from ..planned import Projection
 from ..results import machine_line, recommendation
@@ -265,8 +265,10 @@ def load_best(
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise AutotuneError(f"{path}: cannot read: {e}") from None
+    except OSError as e:
+        raise AutotuneError(f"{path}: cannot read: {e.strerror or e}") from None
+    except yaml.YAMLError as e:
+        raise AutotuneError(f"{path}: cannot read: {yaml_problem(e)}") from None
     if isinstance(data, dict) and "workload" in data:
         _, result = load_result(load_space(path), storage, study_name)
         if result.best is None:
