@@ -76,6 +76,18 @@ class Config:
         """Samples per optimizer step, over all processes (DDP or FSDP)."""
         return self.batch_size * self.accumulation_steps * self.world_size
 
+    def fsdp_policy(self) -> tuple[str | None, str | None]:
+        """The FSDP2 ``MixedPrecisionPolicy`` (param_dtype, reduce_dtype) as dtype names;
+        ``None`` leaves FSDP's default (no cast; gradients reduced in the param dtype).
+
+        The one rule for the trials (``trial.apply.shard_fsdp``) and the plain-loop export.
+        """
+        param, reduce = self.fsdp_param_dtype, self.fsdp_reduce_dtype
+        return (
+            param if param != "fp32" else None,
+            reduce if "bf16" in (param, reduce) else None,
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 

@@ -33,3 +33,21 @@ def test_round_trip_and_short_form(tmp_path):
     path = tmp_path / "best.yaml"
     path.write_text("config:\n  batch_size: 64\n  amp_dtype: bf16\n")
     assert load_config(path) == Config(batch_size=64, amp_dtype="bf16")
+
+
+def test_fsdp_policy_leaves_fsdp_defaults_where_nothing_is_cast():
+    """One rule for the trials and the plain-loop export: fp32 params are not cast, and the
+    reduce dtype is set only where bf16 is involved (else FSDP reduces in the param dtype)."""
+    policy = {
+        (p, r): Config(
+            world_size=2, fsdp="root", fsdp_param_dtype=p, fsdp_reduce_dtype=r
+        ).fsdp_policy()
+        for p in ("fp32", "bf16")
+        for r in ("fp32", "bf16")
+    }
+    assert policy == {
+        ("fp32", "fp32"): (None, None),
+        ("fp32", "bf16"): (None, "bf16"),
+        ("bf16", "fp32"): ("bf16", "fp32"),
+        ("bf16", "bf16"): ("bf16", "bf16"),
+    }

@@ -182,9 +182,8 @@ def _fsdp_code(config: Config, device_type: str, blocks: Sequence[str]) -> list[
     from_fsdp = ["fully_shard", "MixedPrecisionPolicy"]
     if config.fsdp_cpu_offload:
         from_fsdp.append("CPUOffloadPolicy")
-    dtype = {"fp32": "None", "bf16": "torch.bfloat16"}
-    param, reduce = config.fsdp_param_dtype, config.fsdp_reduce_dtype
-    reduce_dtype = "torch.float32" if param == "bf16" and reduce == "fp32" else dtype[reduce]
+    dtype = {None: "None", "fp32": "torch.float32", "bf16": "torch.bfloat16"}
+    param, reduce = config.fsdp_policy()
     options = "mesh=mesh, mp_policy=policy" + (
         ", offload_policy=CPUOffloadPolicy()" if config.fsdp_cpu_offload else ""
     )
@@ -193,7 +192,7 @@ def _fsdp_code(config: Config, device_type: str, blocks: Sequence[str]) -> list[
         f"from torch.distributed.fsdp import {', '.join(from_fsdp)}",
         "",
         f'mesh = init_device_mesh("{device_type}", (dist.get_world_size(),))',
-        f"policy = MixedPrecisionPolicy(param_dtype={dtype[param]}, reduce_dtype={reduce_dtype})",
+        f"policy = MixedPrecisionPolicy(param_dtype={dtype[param]}, reduce_dtype={dtype[reduce]})",
     ]
     reshard = config.fsdp_reshard_after_forward
     if config.fsdp == "blocks":

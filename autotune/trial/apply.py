@@ -176,7 +176,7 @@ def wrap_ddp(model: torch.nn.Module, config: Config, device: torch.device) -> to
     )
 
 
-_FSDP_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+_FSDP_DTYPES = {None: None, "fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def shard_fsdp(
@@ -209,10 +209,9 @@ def shard_fsdp(
     if config.fsdp == "blocks" and not blocks:
         raise ArgumentError("fsdp=blocks needs the model's blocks (Workload.blocks / blocks=...)")
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
-    param, reduce = config.fsdp_param_dtype, config.fsdp_reduce_dtype
-    policy = MixedPrecisionPolicy(  # None: FSDP's own default (no cast; reduce in param dtype)
-        param_dtype=_FSDP_DTYPES[param] if param != "fp32" else None,
-        reduce_dtype=_FSDP_DTYPES[reduce] if "bf16" in (param, reduce) else None,
+    param, reduce = config.fsdp_policy()
+    policy = MixedPrecisionPolicy(
+        param_dtype=_FSDP_DTYPES[param], reduce_dtype=_FSDP_DTYPES[reduce]
     )
     options: dict[str, Any] = dict(
         mesh=mesh,
