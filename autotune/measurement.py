@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import signal
 from dataclasses import dataclass, field
 from typing import Any
 
 # Statuses a trial process or its supervisor gives; the driver's verdict adds
 # "over-memory" and "accuracy" (autotune.study.scoring). Only "ok" may win.
 OK, FAILED, OOM, TIMEOUT, NAN = "ok", "failed", "oom", "timeout", "nan"
+# Where a trial process writes its Python stacks (faulthandler: on a fatal signal, and on
+# STACKS_SIGNAL, which the supervisor sends before killing a hung trial), one file per
+# process in the trial's folder: written by autotune.trial, read by autotune.study.stacks.
+STACKS_SIGNAL = signal.SIGUSR1
+STACKS_FILE = "stacks-{pid}.log"
+STACKS_GLOB = "stacks-*.log"
 PRUNED = "pruned"  # stopped early: it could not beat the best so far
 TOKENS = "tokens"  # Measurement.unit of token workloads (the default unit is "samples")
 

@@ -22,12 +22,12 @@ from typing import Any
 
 from ..config import Config
 from ..errors import WorkloadError
-from ..measurement import FAILED, OOM, PRUNED, TIMEOUT, Measurement
+from ..measurement import FAILED, OOM, PRUNED, STACKS_SIGNAL, TIMEOUT, Measurement
 from ..space import Space
 from . import stacks
 from .procs import group_memory_bytes
 from .pruning import Pruner
-from .stacks import STACKS_SIGNAL, STACKS_WAIT_S, read_location
+from .stacks import STACKS_WAIT_S, read_location
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

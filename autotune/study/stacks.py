@@ -2,7 +2,7 @@
 
 Every trial process enables :mod:`faulthandler` (``autotune.trial.__main__``): a fatal
 signal (SIGSEGV, SIGABRT...) writes the stacks of all its threads to ``stacks-<pid>.log``
-in the trial's folder, and so does :data:`STACKS_SIGNAL`, which the supervisor sends to
+in the trial's folder, and so does ``measurement.STACKS_SIGNAL``, which the supervisor sends to
 the trial's process group before it kills a trial that overran its timeout (a forked
 DataLoader worker writes its own file). :func:`locate` finds, in those dumps, the
 innermost frame of the user's code and the kind of process it ran in.
@@ -11,12 +11,12 @@ innermost frame of the user's code and the kind of process it ran in.
 from __future__ import annotations
 
 import re
-import signal
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-STACKS_SIGNAL = signal.SIGUSR1
+from ..measurement import STACKS_GLOB
+
 STACKS_WAIT_S = 1.0  # time the processes get to write their stacks before the kill
 
 _HEAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-fA-F]+")
@@ -84,35 +84,28 @@ def locate(text: str) -> str | None:
         for stack in found:
             frame = next((f for f in stack if _user(f, roots)), None)
             if frame is not None:
-                kind = (
-                    "a DataLoader worker"
-                    if any(_WORKER in f.file for f in stack)
-                    else ("the trial process")
-                )
+                worker = any(_WORKER in f.file for f in stack)
+                kind = "a DataLoader worker" if worker else "the trial process"
                 return f"{frame.text()} in {kind}"
     return None
 
 
 def read_location(folder: Path) -> str | None:
     """:func:`locate` over the ``stacks-<pid>.log`` files the trial's processes wrote in
-    ``folder`` (one per process); empty ones are removed."""
+    ``folder`` (one per process)."""
     texts = []
-    for path in sorted(folder.glob("stacks-*.log")):
+    for path in sorted(folder.glob(STACKS_GLOB)):
         try:
-            text = path.read_text(errors="replace")
+            texts.append(path.read_text(errors="replace"))
         except OSError:
             continue
-        if text.strip():
-            texts.append(text)
-        else:
-            path.unlink(missing_ok=True)
-    return locate("\n".join(texts)) if texts else None
+    return locate("\n".join(texts))
 
 
 def clear(folder: Path, *, empty_only: bool = False) -> None:
     """Remove the stack files of ``folder`` (before a run: an earlier run's; after: the
     empty ones of processes that neither crashed nor were asked)."""
-    for path in folder.glob("stacks-*.log"):
+    for path in folder.glob(STACKS_GLOB):
         try:
             if not empty_only or path.stat().st_size == 0:
                 path.unlink()

@@ -6,28 +6,30 @@ else means the process died before that. ``--ranks N`` starts a DDP trial of N r
 
 import faulthandler
 import os
-import signal
 import sys
 import time
 from pathlib import Path
 
 T0 = time.perf_counter()  # before torch is imported: the trial's start-up cost counts
 
+from ..measurement import STACKS_FILE, STACKS_SIGNAL  # noqa: E402  (no torch)
+
 
 def _write_stacks() -> None:
     """Where a trial crashed or hung (``autotune.study.stacks``): a fatal signal writes
     every thread's stack to ``stacks-<pid>.log`` in the trial's folder, and so does
-    SIGUSR1, which the supervisor sends before it kills a trial that overran its timeout.
+    ``STACKS_SIGNAL``, which the supervisor sends before it kills a trial that overran its
+    timeout (the file stays open: faulthandler writes to its descriptor).
     One file per process (the processes' writes would interleave in one): a forked
     DataLoader worker opens its own."""
     global _STACKS
     folder = Path(sys.argv[-1]).parent  # RESULT.json's folder
     try:
-        _STACKS = open(folder / f"stacks-{os.getpid()}.log", "w")  # noqa: SIM115 (kept open)
+        _STACKS = open(folder / STACKS_FILE.format(pid=os.getpid()), "w")  # noqa: SIM115
     except OSError:
         return
     faulthandler.enable(file=_STACKS, all_threads=True)
-    faulthandler.register(signal.SIGUSR1, file=_STACKS, all_threads=True)
+    faulthandler.register(STACKS_SIGNAL, file=_STACKS, all_threads=True)
 
 
 _STACKS = None
