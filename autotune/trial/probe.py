@@ -174,8 +174,10 @@ def capabilities(device: torch.device, workload: Workload, dataset: Any) -> dict
     model = workload.model().to(device)
     block_list = list(workload.blocks(model)) if workload.blocks is not None else []
     shardable = len(block_list)
-    # Without blocks, the model's own checkpointing counts as one block (no checkpoint_every)
-    blocks = shardable or (1 if workload.checkpointing is not None else 0)
+    if workload.blocks is not None:
+        blocks = shardable
+    else:  # the model's own checkpointing counts as one block (no checkpoint_every)
+        blocks = 1 if workload.checkpointing is not None else 0
     optimizer, impls = optimizer_impls(workload, model)
     return {
         "device": device.type,
@@ -290,10 +292,11 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
             "mean": sum(lengths) / len(lengths),
         }
     caps = capabilities(device, workload, dataset)
+    # what the exports name for per-block wrapping (FSDP auto-wrap classes)
+    block_types = caps.pop("block_types")
     return {
         "status": OK,
         "capabilities": caps,
-        # what the exports name for per-block wrapping (FSDP auto-wrap classes)
-        "environment": {**environment(device.type), "workload_block_types": caps["block_types"]},
+        "environment": {**environment(device.type), "workload_block_types": block_types},
         "workload": facts,
     }

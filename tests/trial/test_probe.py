@@ -43,3 +43,9 @@ def test_sdpa_backends_and_matmul_precisions_on_cpu():
     found = matmul_precisions(CPU)
     assert found[0] == "highest" and set(found) <= {"highest", "high", "medium"}
     assert torch.get_float32_matmul_precision() == before  # the probe leaves no trace
+
+
+def test_blocks_to_shard_and_their_classes_are_found():
+    mlp, none = _caps(workloads.tiny()), _caps(workloads.no_blocks())
+    assert mlp["fsdp"] and mlp["shardable_blocks"] == 2 and mlp["block_types"] == ["Sequential"]
+    assert none["shardable_blocks"] == 0 and none["block_types"] == []
