@@ -71,6 +71,23 @@ FUTURE = {
 }
 
 
+# Knobs the HF mapping always expresses as TrainingArguments fields (prefetch_factor only
+# with workers; the FSDP knobs only with fsdp).
+HF_EXPRESSED = {
+    "batch_size",
+    "accumulation_steps",
+    "amp_dtype",
+    "num_workers",
+    "pin_memory",
+    "persistent_workers",
+    "compile_mode",
+    "matmul_precision",
+    "gradient_checkpointing",
+    "optimizer_impl",
+    "length_grouping",
+}
+
+
 @pytest.mark.parametrize("fmt", ["yaml", "json"])
 def test_yaml_and_json_load_back_to_the_same_config(fmt, tmp_path):
     path = tmp_path / f"best.{fmt}"
@@ -179,20 +196,7 @@ def test_future_and_unknown_knobs_are_mapped_or_listed_never_dropped():
     assert kw["dataloader_pin_memory"] is True and kw["dataloader_persistent_workers"] is True
     assert kw["dataloader_prefetch_factor"] == 4 and kw["tf32"] is True
     assert kw["optim"] == "adamw_torch_fused"
-    expressed = {
-        "batch_size",
-        "accumulation_steps",
-        "amp_dtype",
-        "num_workers",
-        "pin_memory",
-        "persistent_workers",
-        "prefetch_factor",
-        "compile_mode",
-        "matmul_precision",
-        "gradient_checkpointing",
-        "optimizer_impl",
-        "length_grouping",
-    }
+    expressed = HF_EXPRESSED | {"prefetch_factor"}
     assert set(values) == expressed | set(hf.no_equivalent)
     medium = hf_training_arguments({**values, "matmul_precision": "medium"})
     assert "tf32" not in medium.kwargs["TrainingArguments"]
@@ -289,18 +293,7 @@ def test_sharded_configs_map_to_fsdp2_settings_and_strategies():
     # what TrainingArguments cannot say is listed, with how to do it
     assert "MixedPrecisionPolicy(param_dtype=" in hf.no_equivalent["fsdp_param_dtype"]
     assert "torchrun --nproc-per-node=2" in hf.no_equivalent["world_size"]
-    assert set(fsdp.to_dict()) == set(hf.no_equivalent) | {
-        "batch_size",
-        "accumulation_steps",
-        "amp_dtype",
-        "num_workers",
-        "pin_memory",
-        "persistent_workers",
-        "compile_mode",
-        "matmul_precision",
-        "gradient_checkpointing",
-        "length_grouping",
-        "optimizer_impl",
+    assert set(fsdp.to_dict()) == set(hf.no_equivalent) | HF_EXPRESSED | {
         "fsdp",
         "fsdp_reshard_after_forward",
         "fsdp_cpu_offload",
