@@ -90,6 +90,16 @@ def layout_of(config: Config, baseline: Config) -> dict[str, Any]:
     }
 
 
+def _measured(trials: list[TrialRecord]) -> dict[str, TrialRecord]:
+    """Each config's first measured run, by config key: not a duplicate or repeat, and not
+    a config skipped as predicted over memory (never measured)."""
+    return {
+        t.config.key(): t
+        for t in trials
+        if t.role not in (DUPLICATE, REPEAT) and t.status != scoring.PREDICTED_OVER_MEMORY
+    }
+
+
 class Tuner:
     """Runs a study over a space. See :func:`autotune.tune` for the arguments.
 
@@ -209,11 +219,7 @@ class Tuner:
                 for t in trials
                 if t.status == scoring.PREDICTED_OVER_MEMORY and t.role == SEARCH
             }
-            measured = {
-                t.config.key(): t
-                for t in trials
-                if t.role not in (DUPLICATE, REPEAT) and t.status != scoring.PREDICTED_OVER_MEMORY
-            }
+            measured = _measured(trials)
             running = running_keys(study)
             # Configs the confirmation measured (ablations) do not spend the budget.
             searched = {k for k, t in measured.items() if t.role != CONFIRM}
@@ -419,11 +425,7 @@ class Tuner:
         first = confirm.first_round(conf, plan, rounds, used)
         study.set_user_attr("confirmation", conf)
         done = {(t.round, t.config.key()) for t in trials if t.round is not None}
-        originals = {  # a config skipped as predicted over memory was never measured
-            t.config.key(): t
-            for t in trials
-            if t.role not in (DUPLICATE, REPEAT) and t.status != scoring.PREDICTED_OVER_MEMORY
-        }
+        originals = _measured(trials)
         for index in range(rounds):
             number = first + index
             for config in confirm.rotated(plan, index):
