@@ -370,16 +370,17 @@ class Tuner:
             study.set_user_attr("confirmation", conf)
             if missing and not self._rounds(study, conf, [*anchor, winner.config, *missing]):
                 return
+        # The rounds of the new winner's ablations may crown another config again: the
+        # one whose contributions are read, and which is reduced, is the final winner.
         result = self._confirmed(study, conf)
+        winner = result.winner
+        if winner is None or winner.role == BASELINE:
+            return
         dropped = [c.knob for c in result.contributions if not c.kept]
         if not dropped or str(winner.number) in conf.setdefault("reduced", {}):
             return
-        # One dropped knob: its ablation, measured in the same rounds, is the reduced
-        # config. A dropped knob with no ablation of the winner stored under its name (a
-        # KeyError in one CI run; cause not yet traced) is measured as a reduced config in
-        # rounds of its own instead of ending the study.
-        key = conf["ablations"].get(str(winner.number), {}).get(dropped[0])
-        if len(dropped) == 1 and key is not None:
+        if len(dropped) == 1:  # its ablation, measured in the same rounds, is the reduced config
+            key = conf["ablations"][str(winner.number)][dropped[0]]
             conf["reduced"][str(winner.number)] = {"knobs": dropped, "key": key}
             study.set_user_attr("confirmation", conf)
             return

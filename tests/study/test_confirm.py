@@ -281,3 +281,53 @@ def test_a_lucky_search_run_loses_to_the_rounds_and_the_new_winner_is_ablated(
         "zero_grad_set_to_none",
     }
     assert all(c.kept for c in result.contributions)
+
+
+class Fickle(ReplayBackend):
+    """The table's rates, except one config: a hair faster in its first ``fast`` runs
+    (the search run and the first plan's rounds), slower after."""
+
+    def __init__(self, table: dict, config: Config, fast: int) -> None:
+        super().__init__(table)
+        self.config, self.fast = config, fast
+
+    def run_trial(self, space, config, folder, best_value=None):
+        m = super().run_trial(space, config, folder, best_value)
+        if config != self.config:
+            return m
+        factor = 1.01 if self.calls.count(config) <= self.fast else 0.95
+        return m.replace(samples_per_s=m.samples_per_s * factor)
+
+
+def test_the_search_winner_crowned_again_after_another_winners_rounds_is_reduced(
+    write_space, tmp_path
+):
+    """The first rounds crown B (the search winner A without its neutral knob); B's own
+    ablations run in rounds of their own, where B is slower, so A wins again. A's dropped
+    knob is looked up in A's ablations (it was looked up in B's: a KeyError in CI) and
+    the recommendation is A reduced, which is B, measured in the same rounds as A."""
+    effects = {
+        "batch_size": 2.0,
+        "num_workers": 1.2,
+        "zero_grad_set_to_none": 1.0,
+        "gradient_checkpointing": 0.9,
+    }
+    space = load_space(write_space(SPACE))
+    a = space.config_from({"batch_size": 32, "num_workers": 1, "zero_grad_set_to_none": True})
+    b = a.replace(zero_grad_set_to_none=False)
+
+    class LuckyA(Fickle):
+        def run_trial(self, space, config, folder, best_value=None):
+            m = super().run_trial(space, config, folder, best_value)
+            if config == a and self.calls.count(config) == 1:
+                return m.replace(samples_per_s=m.samples_per_s * 1.3)
+            return m
+
+    backend = LuckyA(_table(effects), b, fast=4)
+    result = tune(space, storage="memory", out_dir=tmp_path, backend=backend)
+    assert result.winner.config == a
+    assert [c.knob for c in result.contributions if not c.kept] == ["zero_grad_set_to_none"]
+    assert result.reduction is not None and result.reduction.knobs == ("zero_grad_set_to_none",)
+    assert result.reduction.accepted and result.best.config == b
+    # B ran in the search, the first plan's 3 rounds and the 3 rounds of its ablations.
+    assert backend.calls.count(b) == 7
