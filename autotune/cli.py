@@ -33,8 +33,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--no-summary", action="store_true", help=argparse.SUPPRESS)
 
-    val = sub.add_parser("validate", help="check a space file without running anything")
+    val = sub.add_parser(
+        "validate",
+        help="check a space file, then build its workload and run one step on the CPU",
+    )
     val.add_argument("space")
+    val.add_argument(
+        "--no-build",
+        action="store_true",
+        help="check the space file only (do not import or build the workload)",
+    )
 
     show = sub.add_parser("show", help="summarise a stored study")
     show.add_argument("space", help="the space file the study was run from")
@@ -182,10 +190,37 @@ def _validate(args: argparse.Namespace) -> int:
     space = load_space(args.space)
     searched = space.searched
     print(
-        f"{args.space}: ok; workload {space.workload}; "
+        f"{args.space}: the space file is valid; workload {space.workload}; "
         f"{len(searched)} searched knobs: {', '.join(searched) or 'none'}"
     )
+    if args.no_build:
+        return 0
+    import tempfile
+    from pathlib import Path
+
+    from .study.runner import check
+
+    with tempfile.TemporaryDirectory(prefix="autotune-validate-") as folder:
+        result = check(space, Path(folder))
+    if result.get("status") != "ok":
+        print(f"autotune: error: {result.get('reason', 'the build check failed')}", file=sys.stderr)
+        return 1
+    for problem in result["problems"]:
+        print(f"autotune: error: {problem}", file=sys.stderr)
+    if result["problems"]:
+        return 1
+    print(_built(result["facts"]))
     return 0
+
+
+def _built(facts: dict) -> str:
+    """What the build check built, in one line."""
+    blocks = f", {facts['blocks']} blocks" if facts.get("blocks") else ""
+    return (
+        f"built on the CPU: model {facts['model']} ({facts['parameters']:,} parameters"
+        f"{blocks}), dataset {facts['dataset']} ({facts['samples']:,} samples); one fp32 "
+        f"step: batch {facts['batch']}, loss {facts['loss']:.4g}, backward ok"
+    )
 
 
 def _show(args: argparse.Namespace) -> int:

@@ -118,11 +118,18 @@ class Workload:
     name: str = "workload"
 
     def __post_init__(self) -> None:
+        self._check_modules()
         for name in ("model", "dataset", "loss", "optimizer"):
             value = getattr(self, name)
             if not callable(value):
+                kind = type(value).__name__
                 raise WorkloadError(
-                    f"Workload.{name} must be a function (a factory) but got {type(value).__name__}"
+                    f"Workload.{name} must be a function (a factory) but got a {kind}"
+                    + (
+                        f"; pass a function that builds it: {name}=lambda: {kind}(...)"
+                        if name == "dataset"
+                        else ""
+                    )
                 )
         for name in ("blocks", "collate_fn", "count_tokens", "checkpointing"):
             value = getattr(self, name)
@@ -136,6 +143,32 @@ class Workload:
             raise WorkloadError(
                 f"Workload.tokens must be autotune.Tokens(pad_id=...) but got "
                 f"{type(self.tokens).__name__}"
+            )
+
+    def _check_modules(self) -> None:
+        """A module instance where a factory or ``loss(model, batch)`` belongs: both are
+        callable, so only their type tells (torch is loaded if the caller built one)."""
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return
+        if isinstance(self.model, torch.nn.Module):
+            kind = type(self.model).__name__
+            raise WorkloadError(
+                f"Workload.model must build the model (each trial builds its own) but got a "
+                f"{kind} instance; pass model={kind} or model=lambda: {kind}(...)"
+            )
+        if isinstance(self.loss, torch.nn.modules.loss._Loss):
+            kind = type(self.loss).__name__
+            raise WorkloadError(
+                f"Workload.loss is a {kind} criterion but autotune calls loss(model, batch) "
+                f"and expects the loss; pass e.g. loss=lambda model, batch: "
+                f"{kind}()(model(batch[0]), batch[1])"
+            )
+        if isinstance(self.optimizer, torch.optim.Optimizer):
+            raise WorkloadError(
+                f"Workload.optimizer must build the optimizer over the params it is given "
+                f"but got a {type(self.optimizer).__name__} instance; pass "
+                f"optimizer=lambda params: torch.optim.{type(self.optimizer).__name__}(params, ...)"
             )
 
     @property

@@ -237,6 +237,19 @@ def probe(space: Space, folder: Path) -> dict[str, Any]:
     return result
 
 
+def check(space: Space, folder: Path) -> dict[str, Any]:
+    """``autotune validate``'s build check in a subprocess (:mod:`autotune.trial.check`):
+    one fp32 step on the CPU at the smallest batch size of the space.
+
+    Returns the payload: ``problems`` (one line each; none when the workload is right)
+    and ``facts``, or a failed status with its reason (the workload cannot be loaded, or
+    the process crashed or hung).
+    """
+    sizes = space.knobs.get("batch_size", (space.baseline.batch_size,))
+    spec = {**_base_spec(space), "mode": "check", "device": "cpu", "batch_size": min(sizes)}
+    return run_child(spec, folder, space.trial.timeout_s)
+
+
 def run_trial(
     space: Space,
     config: Config,

@@ -21,7 +21,7 @@ import optuna
 from ..config import Config, resolve_inactive
 from ..errors import ArgumentError, SpaceError, WorkloadError
 from ..knobs import Capabilities
-from ..measurement import OOM, Measurement
+from ..measurement import NAN, OOM, TIMEOUT, Measurement
 from ..planned import Plan
 from ..results import (
     BASELINE,
@@ -98,6 +98,33 @@ def _measured(trials: list[TrialRecord]) -> dict[str, TrialRecord]:
         for t in trials
         if t.role not in (DUPLICATE, REPEAT) and t.status != scoring.PREDICTED_OVER_MEMORY
     }
+
+
+def reference_failure(config: Config, m: Measurement) -> str:
+    """Why the study cannot start when its fp32 reference run failed, and the fix: only
+    a numerics problem of fp32 itself is one that turning the accuracy guard off answers."""
+    what = f"the fp32 reference run ({config.short()})"
+    if m.status == NAN:
+        return (
+            f"{what} went non-finite ({m.reason}): the workload diverges in fp32 itself "
+            "(its learning rate, its loss); fix it, or set limits.accuracy: off to search "
+            "without the accuracy guard"
+        )
+    if m.status == OOM:
+        return (
+            f"{what} ran out of memory ({m.reason}): the accuracy guard needs one fp32 run "
+            "of the baseline; give the baseline a smaller batch_size, or set "
+            "limits.accuracy: off"
+        )
+    if m.status == TIMEOUT:
+        return (
+            f"{what} did not finish: {m.reason}; fix the workload where it hangs, or raise "
+            "trial.timeout_s if it is only slow"
+        )
+    return (
+        f"{what} failed: {m.reason}; the workload does not train (a bug in it, not a "
+        "numerics problem): fix it (`autotune validate SPACE` runs one step of it and names the field at fault)"
+    )
 
 
 class Tuner:
@@ -526,10 +553,7 @@ class Tuner:
                 config = ranks
                 m = self.backend.run_trial(self.space, config, self.out_dir / f"{folder}-ranks")
         if not m.ok:
-            raise WorkloadError(
-                f"the fp32 reference run ({config.short()}) did not train cleanly: "
-                f"{m.status}: {m.reason}; fix the workload, or set limits.accuracy: off"
-            )
+            raise WorkloadError(reference_failure(config, m))
         study.set_user_attr("reference", {"config": config.to_dict(), "losses": m.losses})
         return m.losses
 

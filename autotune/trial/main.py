@@ -1,8 +1,9 @@
 """The trial process's work: read the spec, run its mode, write the result file.
 
 Modes: ``probe`` (what this machine and workload can do), ``trial`` (build, warm up,
-measure) and ``profile`` (build, warm up, profile). A failure of the workload is data:
-it is written as a result with its status and a one-line reason, never raised.
+measure), ``profile`` (build, warm up, profile) and ``check`` (``autotune validate``:
+build the workload and run one step, naming the field of each mistake). A failure of
+the workload is data: it is written as a result with its status and a one-line reason, never raised.
 """
 
 from __future__ import annotations
@@ -50,6 +51,10 @@ def run_mode(spec: dict[str, Any], started: float) -> dict[str, Any]:
         from .probe import probe
 
         return probe(spec)
+    if mode == "check":
+        from .check import check
+
+        return check(spec)
     if mode == "profile":
         from .profile import profile
 

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from autotune import Config, Measurement, SpaceError, load_space, tune
+from autotune.errors import WorkloadError
 from autotune.results import TrialRecord, TuneResult
 from autotune.study.replay import ReplayBackend, record_table
 
@@ -176,3 +177,34 @@ def test_a_planned_study_projects_its_run_in_best_config_yaml(write_space, tmp_p
     assert p.baseline_s / p.recommended_s == pytest.approx(result.speedup)
     data = yaml.safe_load(result.best_config_path.read_text())
     assert data["planned_run"]["length"] == 3_200_000
+
+
+@pytest.mark.parametrize(
+    "status, reason, says, hint",
+    [
+        ("nan", "loss is nan at step 3", "went non-finite", "limits.accuracy: off"),
+        ("failed", "TypeError: bad batch", "a bug in it, not a numerics problem", "validate"),
+        ("oom", "CUDA out of memory", "ran out of memory", "smaller batch_size"),
+        ("timeout", "hung in forward (m.py:3)", "did not finish", "trial.timeout_s"),
+    ],
+)
+def test_a_failed_reference_says_crash_or_numerics_and_only_numerics_hints_the_guard(
+    write_space, tmp_path, status, reason, says, hint
+):
+    """The baseline (fp32, eager) is the study's reference; its failure ends the study
+    with a line that tells a broken workload from fp32 numerics."""
+    table = _table()
+    for row in table["measurements"]:
+        if (
+            Config.from_dict(row["config"]).batch_size == 8
+            and row["config"].get("num_workers", 0) == 0
+        ):
+            row["measurement"] = Measurement(status=status, reason=reason).to_dict()
+    backend = ReplayBackend(table)
+    with pytest.raises(WorkloadError) as info:
+        tune(_space(write_space), storage="memory", out_dir=tmp_path, backend=backend)
+    message = str(info.value)
+    assert message.startswith("the fp32 reference run (bs=8 acc=4")
+    assert reason in message and says in message and hint in message
+    assert ("limits.accuracy: off" in message) == (status in ("nan", "oom"))
+    assert len(backend.calls) == 1
