@@ -256,8 +256,10 @@ def _report(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .output.export import export_config, load_best
+    from .output.export import FORMATS, export_config, load_best
 
+    if args.format not in FORMATS:  # before the study is opened
+        raise ArgumentError(f"format must be one of {', '.join(FORMATS)} but got {args.format!r}")
     config, evidence = load_best(args.source, storage=args.storage, study_name=args.study_name)
     text = export_config(config, args.format, evidence=evidence)
     if args.output:

@@ -56,3 +56,13 @@ def yaml_problem(exc: BaseException) -> str:
     where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
     problem = getattr(exc, "problem", None) or first_line(exc)
     return f"not valid YAML{where}: {problem}"
+
+
+def make_folder(path, what: str):
+    """``path`` (a ``pathlib.Path``) created with its parents, or an :class:`ArgumentError`
+    naming ``what`` (``out``, the argument it came from) when it cannot be."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ArgumentError(f"{what}: cannot create the folder {path}: {e.strerror or e}") from None
+    return path

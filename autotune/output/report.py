@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ArgumentError
+from ..errors import ArgumentError, make_folder
 from ..results import DUPLICATE, TrialRecord, TuneResult, aggregation_text
 from ..space import Space
 from ..study import profiles as study_profiles
@@ -90,8 +90,7 @@ def make_report(
         raise ArgumentError(f"profile_steps must be at least 1 but got {profile_steps}")
     study, result = load_result(space, storage, study_name)
     runs = Path(out_dir or space.output_dir) / result.study_name
-    folder = runs / "report"
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = make_folder(runs / "report", "out")
     targets = _profiled(result)
     notes: list[str] = []
     if profile:

@@ -19,7 +19,7 @@ from typing import Any
 import optuna
 
 from ..config import Config, resolve_inactive
-from ..errors import ArgumentError, SpaceError, WorkloadError
+from ..errors import ArgumentError, SpaceError, WorkloadError, make_folder
 from ..knobs import Capabilities
 from ..measurement import NAN, OOM, TIMEOUT, Measurement
 from ..planned import Plan
@@ -123,7 +123,8 @@ def reference_failure(config: Config, m: Measurement) -> str:
         )
     return (
         f"{what} failed: {m.reason}; the workload does not train (a bug in it, not a "
-        "numerics problem): fix it (`autotune validate SPACE` runs one step of it and names the field at fault)"
+        "numerics problem): fix it (`autotune validate SPACE` runs one step of it and "
+        "names the field at fault)"
     )
 
 
@@ -162,7 +163,7 @@ class Tuner:
         self.timeout_s = timeout_s if timeout_s is not None else space.budget.timeout_s
         self.storage = storage or space.study.storage
         self.study_name = study_name or space.study.name
-        self.out_dir = Path(out_dir or space.output_dir) / self.study_name
+        self.out_dir = make_folder(Path(out_dir or space.output_dir) / self.study_name, "out")
         self.reporter = reporter or Reporter()
         self.backend = backend or SubprocessBackend()
         self.reference: list[float] | None = None

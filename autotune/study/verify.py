@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import ArgumentError, StorageError
+from ..errors import ArgumentError, StorageError, make_folder
 from ..measurement import FAILED, OK, TOKENS, compile_estimate_s
 from ..planned import Plan
 from ..results import TrialRecord, TuneResult
@@ -237,7 +237,7 @@ def verify(
     return verify_result(
         space,
         result,
-        runs_dir / "verify",
+        make_folder(runs_dir / "verify", "out"),
         rounds=rounds,
         steps_factor=steps_factor,
         endless=endless,

@@ -30,24 +30,37 @@ CPU_WORKERS_WARNING = (
 
 
 def gpu_ids(gpus: str | Sequence[int]) -> list[str]:
-    """The GPUs to use: ``"all"`` (every GPU NVML sees), ``"0,1,2"`` or a list of indexes.
+    """The GPUs to use: ``"all"`` (every GPU NVML sees), ``"0,1,2"`` or a list of indexes,
+    each a GPU this machine has, none twice.
 
     Raises:
-        ArgumentError: ``gpus`` is neither ``all`` nor a list of indexes.
-        AutotuneError: ``all`` where NVML finds no GPU.
+        ArgumentError: ``gpus`` is neither ``all`` nor a list of indexes, lists one twice,
+            or names a GPU this machine does not have.
+        AutotuneError: NVML finds no GPU.
     """
     if not isinstance(gpus, str):
         ids = [str(g) for g in gpus]
     elif gpus != "all":
-        ids = [g.strip() for g in gpus.split(",") if g.strip()]
+        ids = [g.strip() for g in gpus.split(",")]
     else:
-        return _all_gpus()
+        return [str(i) for i in range(_gpu_count("all"))]
     if not ids or not all(g.isdigit() for g in ids):
         raise ArgumentError(f"gpus must be 'all' or a list like 0,1,2 but got {gpus!r}")
+    twice = sorted({g for g in ids if ids.count(g) > 1}, key=int)
+    if twice:
+        raise ArgumentError(f"gpus lists GPU {twice[0]} twice (one worker per GPU)")
+    count = _gpu_count(",".join(ids))
+    missing = [g for g in ids if int(g) >= count]
+    if missing:
+        raise ArgumentError(
+            f"gpus {','.join(ids)}: this machine has {count} GPU{'s' * (count != 1)} "
+            f"(0-{count - 1}), no GPU {missing[0]}"
+        )
     return ids
 
 
-def _all_gpus() -> list[str]:
+def _gpu_count(asked: str) -> int:
+    """How many GPUs NVML sees (all of them: indexes before CUDA_VISIBLE_DEVICES)."""
     try:
         import pynvml
 
@@ -55,10 +68,10 @@ def _all_gpus() -> list[str]:
         count = pynvml.nvmlDeviceGetCount()
         pynvml.nvmlShutdown()
     except Exception as e:  # no driver, no library: NVMLError and friends
-        raise AutotuneError(f"gpus all: no NVIDIA GPUs found here ({e})") from None
+        raise AutotuneError(f"gpus {asked}: no NVIDIA GPUs found here ({e})") from None
     if count == 0:
-        raise AutotuneError("gpus all: no NVIDIA GPUs found here")
-    return [str(i) for i in range(count)]
+        raise AutotuneError(f"gpus {asked}: no NVIDIA GPUs found here")
+    return count
 
 
 def run_workers(

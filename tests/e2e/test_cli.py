@@ -100,8 +100,14 @@ def test_bad_run_arguments_give_one_line_and_exit_1(tmp_path):
         (["--timeout", "-5"], "timeout_s must be a number > 0 but got -5.0"),
         (["--timeout", "nan"], "timeout_s must be a number > 0 but got nan"),
         (["--gpus", "x"], "gpus must be 'all' or a list like 0,1,2 but got 'x'"),
+        (["--gpus", "0,,1"], "gpus must be 'all' or a list like 0,1,2 but got '0,,1'"),
+        (["--gpus", "1,0,1"], "gpus lists GPU 1 twice (one worker per GPU)"),
         (["--jobs", "0"], "jobs must be at least 1 but got 0"),
         (["--worker-index", "-1"], "worker_index must be at least 0 but got -1"),
+        (
+            ["--out", "/proc/x"],
+            "out: cannot create the folder /proc/x/cpu: No such file or directory",
+        ),
     ]
     for args, message in cases:
         r = autotune("run", space, *args, cwd=tmp_path)

@@ -246,6 +246,7 @@ def test_cli_export_mistakes_are_one_line_and_exit_1(small_study, tmp_path):
     other.write_text("just: a mapping\n")
     for args, message in [
         ((str(result.best_config_path), "-f", "toml"), "format must be one of yaml, json"),
+        ((str(tmp_path / "missing.yaml"), "-f", "toml"), "format must be one of"),  # first
         ((str(other),), "must be a space file (with workload:) or a best_config.yaml"),
         ((str(tmp_path / "missing.yaml"),), "cannot read"),
     ]:
