@@ -335,6 +335,7 @@ class TuneResult:
         return self.lead <= self.noise
 
     def status_counts(self) -> dict[str, int]:
+        """Measured configs by status (a config's repeats are one, as in the table)."""
         counts: dict[str, int] = {}
         for t in self.trials:
             counts[t.status] = counts.get(t.status, 0) + 1

@@ -165,7 +165,7 @@ def summary_facts(result: TuneResult) -> list[Fact]:
     """Everything the summary says about a study, in reading order."""
     facts: list[Fact] = []
     counts = ", ".join(f"{n} {status}" for status, n in sorted(result.status_counts().items()))
-    facts.append(Fact("status_counts", "trials by status", counts))
+    facts.append(Fact("status_counts", "configs by status", counts))
     pruned, saved_s = result.pruning_saved_s()
     if pruned:
         facts.append(

@@ -43,7 +43,7 @@ def test_show_report_and_export_read_the_stored_study(stored, tmp_path):
     assert "recommended (trial #3): bs=64" in shown.stdout
     # the median of the two runs of each (the confirmation round of the old code)
     assert "speedup over baseline (trial #0, bs=32 acc=2): 1.01x" in shown.stdout
-    assert "trials by status: 3 ok" in shown.stdout
+    assert "configs by status: 3 ok" in shown.stdout
 
     out = tmp_path / "runs"
     report = autotune(

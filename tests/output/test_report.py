@@ -168,6 +168,6 @@ def test_cli_report_prints_the_summary_and_where_the_files_are(small_study, repo
     )
     assert r.returncode == 0, r.stderr
     out = r.stdout
-    assert "speedup over baseline" in out and "trials by status" in out
+    assert "speedup over baseline" in out and "configs by status" in out
     assert f"bottleneck of the baseline (trial #{result.baseline.number}" in out
     assert "advice:" in out and "report written to" in out and "index.html" in out
