@@ -203,7 +203,8 @@ class TuneResult:
         config keys of its ablations and of its reduced config. With it, the winner is
         the config measured in the rounds (a finalist, an ablation or the baseline) with
         the highest median paired ratio, and the recommendation is the reduced config when
-        that is within noise of the winner. Without it, configs rank by their (median)
+        that is within noise of the winner; a winner the confirmation pinned
+        (``pins["final"]``) stays the winner. Without it, configs rank by their (median)
         value. ``min_gain``: the median gain a knob must show to stay
         (``search.min_gain``, see :func:`proven_gain`).
         """
@@ -225,6 +226,11 @@ class TuneResult:
                 top = sorted(paired, key=lambda t: t.ratio, reverse=True)
             else:  # no feasible baseline run to pair with: by the medians of the rounds
                 top = sorted(pool.values(), key=lambda t: t.value, reverse=True)
+            # The winner the confirmation settled on before its last rounds (the
+            # reduced config's), which add runs of the winner and move its median.
+            final = pool.get(conf.get("pins", {}).get("final"))
+            if final is not None:
+                top = [final, *(t for t in top if t is not final)]
         else:
             top = ranked(trials)
         winner = top[0] if top else None

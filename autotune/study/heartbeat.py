@@ -67,6 +67,9 @@ def fail_stale_trials(study: optuna.Study, grace_s: float) -> list[int]:
     """Fail the stale RUNNING trials and queue each once more; return their numbers.
 
     A trial that is itself a retry is not queued again: it may be what kills its driver.
+    Nor is a run of a confirmation round: the rounds resume where they stopped and make
+    the missing runs themselves (a queued one held the confirmation back for good: its
+    rounds wait for the queue to empty, and the search, its budget spent, never emptied it).
     """
     now = time.time()
     failed = []
@@ -78,7 +81,7 @@ def fail_stale_trials(study: optuna.Study, grace_s: float) -> list[int]:
         except (ValueError, RuntimeError):  # another driver got there first
             continue
         failed.append(trial.number)
-        if "retry_of" not in trial.user_attrs:
+        if "retry_of" not in trial.user_attrs and trial.user_attrs.get("round") is None:
             attrs = {"role": trial.user_attrs.get("role", "search"), "retry_of": trial.number}
             study.enqueue_trial(trial.params, user_attrs=attrs, skip_if_exists=False)
     return failed

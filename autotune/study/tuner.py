@@ -377,20 +377,32 @@ class Tuner:
         search = self.space.search
         if search.confirm_top == 0 or search.confirm_rounds == 0 or self.worker_index:
             return
+        self._drop_orphan_runs(study)
         summary = summarize(records(study))
-        top = [t for t in ranked(summary) if t.role != BASELINE][: search.confirm_top]
+        by_number = {t.number: t for t in summary}
+        conf = dict(study.user_attrs.get("confirmation", {}))
+        # What the confirmation decided is pinned, so that a resumed confirmation goes on
+        # with the same plans: the runs it already made move the medians, and ranking
+        # again would start other plans (leaving the first unfinished). New search
+        # results (a larger budget) unpin it.
+        searched = sum(t.role in (BASELINE, SEARCH) for t in summary)
+        pins = conf.get("pins", {})
+        if pins.get("searched") != searched or not all(n in by_number for n in pins["top"]):
+            ranking = [t for t in ranked(summary) if t.role != BASELINE][: search.confirm_top]
+            pins = {"searched": searched, "top": [t.number for t in ranking]}
+        conf["pins"] = pins
+        top = [by_number[n] for n in pins["top"]]
         if not top:
             return
         base = next((t for t in summary if t.role == BASELINE), None)
         anchor = [base.config] if base is not None and base.feasible else []
-        conf = dict(study.user_attrs.get("confirmation", {}))
         conf["finalists"] = sorted({*conf.get("finalists", []), *(t.number for t in top)})
         plan = [*anchor, *(t.config for t in top)]
         plan += self._ablations(conf, top[0])
         study.set_user_attr("confirmation", conf)
         if not self._rounds(study, conf, plan):
             return
-        winner = self._confirmed(study, conf).winner
+        winner = self._pinned(study, conf, "crowned")
         if winner is None or winner.role == BASELINE or not search.ablate:
             return
         if str(winner.number) not in conf["ablations"]:  # the rounds crowned another config
@@ -400,10 +412,10 @@ class Tuner:
                 return
         # The rounds of the new winner's ablations may crown another config again: the
         # one whose contributions are read, and which is reduced, is the final winner.
-        result = self._confirmed(study, conf)
-        winner = result.winner
+        winner = self._pinned(study, conf, "final")
         if winner is None or winner.role == BASELINE:
             return
+        result = self._confirmed(study, conf)  # its winner is the pinned one
         dropped = [c.knob for c in result.contributions if not c.kept]
         if not dropped or str(winner.number) in conf.setdefault("reduced", {}):
             return
@@ -416,6 +428,30 @@ class Tuner:
         conf["reduced"][str(winner.number)] = {"knobs": dropped, "key": config.key()}
         study.set_user_attr("confirmation", conf)
         self._rounds(study, conf, [*anchor, winner.config, config])
+
+    def _pinned(self, study: optuna.Study, conf: dict[str, Any], pin: str) -> TrialRecord | None:
+        """The winner of the rounds so far, pinned in ``conf["pins"][pin]`` the first time
+        (a resumed confirmation reads it back, whatever its own runs did to the medians)."""
+        pins = conf["pins"]
+        if pin not in pins:
+            winner = self._confirmed(study, conf).winner
+            pins[pin] = winner.number if winner is not None else None
+            study.set_user_attr("confirmation", conf)
+        number = pins[pin]
+        return next((t for t in summarize(records(study)) if t.number == number), None)
+
+    @staticmethod
+    def _drop_orphan_runs(study: optuna.Study) -> None:
+        """Fail the queued runs of a confirmation round that nobody took (a driver killed
+        between queueing a run and taking it): the rounds make their missing runs
+        themselves, and a queued one would hold them back (they wait for the queue)."""
+        while True:
+            waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+            first = min(waiting, key=lambda t: t.number, default=None)
+            if first is None or first.user_attrs.get("round") is None:
+                return
+            trial = study.ask()  # the oldest queued trial: that one
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
 
     def _ablations(self, conf: dict[str, Any], winner: TrialRecord) -> list[Config]:
         """The ablations of ``winner`` (none without ``search.ablate``), noted in ``conf``."""

@@ -137,28 +137,6 @@ def _completed(tmp_path: Path) -> list[optuna.trial.FrozenTrial]:
     return study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
 
 
-def test_sigkill_of_the_driver_loses_nothing(write_space, tmp_path):
-    space = write_space(SLOW_SPACE)
-    driver = _cli(space, tmp_path)
-    _wait_for_trial(3, tmp_path, driver)
-    time.sleep(1.0)  # the third trial is running
-    driver.send_signal(signal.SIGKILL)
-    driver.wait()
-    assert wait_no_children(tmp_path) == []  # its trial died with it (PDEATHSIG)
-    before = {t.number: t.value for t in _completed(tmp_path)}
-    assert len({t.user_attrs["config_key"] for t in _completed(tmp_path)}) == 2
-
-    rerun = _cli(space, tmp_path)
-    out, err = rerun.communicate(timeout=300)
-    assert rerun.returncode == 0, err
-    assert "left running by a driver that died; marked failed and queued again" in out
-    after = _completed(tmp_path)
-    assert {t.number: t.value for t in after if t.number in before} == before  # kept as is
-    assert len({t.user_attrs["config_key"] for t in after}) == 4  # the budget finished
-    retried = [t for t in after if "retry_of" in t.user_attrs]
-    assert len(retried) == 1 and retried[0].user_attrs["retry_of"] not in before
-
-
 def test_ctrl_c_stops_cleanly_and_resumes(write_space, tmp_path):
     space = write_space(SLOW_SPACE)
     driver = _cli(space, tmp_path)

@@ -7,12 +7,15 @@ from __future__ import annotations
 import itertools
 import statistics
 
+import optuna
+import pytest
 import yaml
 
 from autotune import Config, Measurement, load_space, tune
 from autotune.output.report import report_data
 from autotune.results import BASELINE, CONFIRM, REPEAT
 from autotune.study.replay import ReplayBackend
+from autotune.study.sampling import encode
 
 SPACE = """
     workload: {workloads}:tiny
@@ -331,3 +334,80 @@ def test_the_search_winner_crowned_again_after_another_winners_rounds_is_reduced
     assert result.reduction.accepted and result.best.config == b
     # B ran in the search, the first plan's 3 rounds and the 3 rounds of its ablations.
     assert backend.calls.count(b) == 7
+
+
+class Interrupted(Exception):
+    """Stands for Ctrl-C or a killed driver in the middle of a run."""
+
+
+class SlowInRounds(ReplayBackend):
+    """The table's rates, except ``slow``: 0.9x in every run after the search (trial
+    numbers from ``first_round_trial`` on); raises :class:`Interrupted` at call ``stop``."""
+
+    def __init__(self, table: dict, slow: Config, first_round_trial: int, stop=None) -> None:
+        super().__init__(table)
+        self.slow, self.first, self.stop = slow, first_round_trial, stop
+
+    def run_trial(self, space, config, folder, best_value=None):
+        if len(self.calls) == self.stop:
+            raise Interrupted
+        m = super().run_trial(space, config, folder, best_value)
+        if config == self.slow and int(folder.name.split("-")[1]) >= self.first:
+            return m.replace(samples_per_s=m.samples_per_s * 0.9)
+        return m
+
+
+def test_an_interrupted_confirmation_resumes_its_plan_though_its_runs_moved_the_ranking(
+    write_space, tmp_path
+):
+    """The search's best config A is slower in the rounds; three runs into round 0 the
+    driver stops (and one more run is left queued). A's round run moved its median below
+    the second finalist's, so ranking again would start another plan and leave the first
+    unfinished (seen in the kill soak); the resumed confirmation finishes the first plan,
+    its rounds all complete."""
+    effects = {
+        "batch_size": 2.0,
+        "num_workers": 1.2,
+        "zero_grad_set_to_none": 1.05,
+        "gradient_checkpointing": 1.01,
+    }
+    space = load_space(write_space(SPACE))
+    a = space.config_from(
+        {
+            "batch_size": 32,
+            "num_workers": 1,
+            "zero_grad_set_to_none": True,
+            "gradient_checkpointing": True,
+        }
+    )
+    storage = f"sqlite:///{tmp_path}/study.db"
+    first = SlowInRounds(_table(effects), a, first_round_trial=16, stop=16 + 3)
+    with pytest.raises(Interrupted):
+        tune(space, storage=storage, out_dir=tmp_path, backend=first)
+    study = optuna.load_study(study_name="space", storage=storage)
+    plans = dict(study.user_attrs["confirmation"]["plans"])
+    assert list(plans.values()) == [[0, 3]]
+    # A driver killed between queueing a round's run and taking it leaves it queued.
+    study.enqueue_trial(encode(space, a), user_attrs={"role": "repeat", "round": 0})
+    result = tune(
+        space, storage=storage, out_dir=tmp_path, backend=SlowInRounds(_table(effects), a, 16)
+    )
+    conf = optuna.load_study(study_name="space", storage=storage).user_attrs["confirmation"]
+    assert conf["plans"] | plans == conf["plans"]  # the first plan kept its rounds 0-2
+    runs = {}
+    done = [
+        (t.user_attrs["round"], t.user_attrs["config_key"])
+        for t in optuna.load_study(study_name="space", storage=storage).get_trials(
+            states=(optuna.trial.TrialState.COMPLETE,)
+        )
+        if t.user_attrs.get("round") is not None
+    ]
+    for r in range(3):  # baseline, A, the second finalist and A's 3 other ablations
+        runs[r] = sum(1 for rr, _ in done if rr == r)
+    assert runs == {0: 6, 1: 6, 2: 6}
+    assert len(done) == len(set(done))
+    left = optuna.load_study(study_name="space", storage=storage).get_trials(
+        states=(optuna.trial.TrialState.WAITING, optuna.trial.TrialState.RUNNING)
+    )
+    assert left == []  # the orphan was failed, not left to hold the rounds back
+    assert result.winner.config != a  # A's rounds were slower: the rounds crowned another
