@@ -16,6 +16,8 @@ OK, FAILED, OOM, TIMEOUT, NAN = "ok", "failed", "oom", "timeout", "nan"
 # process in the trial's folder: written by autotune.trial, read by autotune.study.stacks.
 STACKS_SIGNAL = signal.SIGUSR1
 STACKS_FILE = "stacks-{pid}.log"
+# The environment variable holding the wall-clock time (time.time()) a trial was spawned.
+SPAWNED_AT = "AUTOTUNE_SPAWNED_AT"
 STACKS_GLOB = "stacks-*.log"
 PRUNED = "pruned"  # stopped early: it could not beat the best so far
 TOKENS = "tokens"  # Measurement.unit of token workloads (the default unit is "samples")
@@ -69,7 +71,15 @@ class Measurement:
     warmup_s: float | None = None
     compile_s: float | None = None
     compile_cache: str | None = None  # "cold" or "warm" (torch.compile trials)
-    startup_s: float | None = None
+    startup_s: float | None = None  # from the trial's first line to its first step
+    # Where a trial's time goes (see TuneResult.time_split): from the spawn to the trial's
+    # first line (interpreter start), imports (torch, autotune's trial code), the device
+    # (CUDA context) and the workload build; after the result: writing it and exiting.
+    process_start_s: float | None = None
+    import_s: float | None = None
+    device_init_s: float | None = None
+    build_s: float | None = None
+    exit_s: float | None = None
     peak_mem_bytes: int | None = None
     mem_kind: str = ""
     peak_allocated_bytes: int | None = None
@@ -93,6 +103,37 @@ class Measurement:
     def per_step(self) -> float | None:
         """Units (tokens or samples) per optimizer step."""
         return self.tokens_per_step if self.unit == TOKENS else self.samples_per_step
+
+    def time_split(self) -> tuple[dict[str, float], float] | None:
+        """Where this run's time went, in seconds by phase (:data:`PHASES`), and its total
+        from the driver's spawn to the process's exit; None for a run that did not
+        record its phases (it failed early, or is from an older version)."""
+        if self.import_s is None or self.wall_s is None or self.window_s is None:
+            return None
+        compile_s = self.compile_s or 0.0
+        parts = {
+            "process start": self.process_start_s or 0.0,
+            "imports": self.import_s,
+            "device": self.device_init_s or 0.0,
+            "build": self.build_s or 0.0,
+            "warm-up": max(0.0, (self.warmup_s or 0.0) - compile_s),
+            "compile": compile_s,
+            "timed": self.window_s,
+            "result and exit": self.exit_s or 0.0,
+        }
+        total = (self.process_start_s or 0.0) + self.wall_s + (self.exit_s or 0.0)
+        parts["other"] = max(0.0, total - sum(parts.values()))
+        return parts, total
+
+    @property
+    def fixed_s(self) -> float | None:
+        """The run's fixed cost: all but warm-up, compile and the timed window (process
+        start, imports, device, build, result and exit)."""
+        split = self.time_split()
+        if split is None:
+            return None
+        parts, _ = split
+        return sum(v for k, v in parts.items() if k not in ("warm-up", "compile", "timed", "other"))
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

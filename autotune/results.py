@@ -353,16 +353,35 @@ class TuneResult:
         return len(pruned), sum(t.measurement.pruned_saved_s or 0.0 for t in pruned)
 
     def overhead(self) -> tuple[float, float] | None:
-        """Median per-trial fixed cost (process start, imports, build) and its share of the
-        trial's wall time."""
-        rows = [
-            t.measurement for t in self.trials if t.measurement.startup_s and t.measurement.wall_s
-        ]
+        """Median per-trial fixed cost (process start, imports, device, build, result and
+        exit: :attr:`Measurement.fixed_s`) and its median share of a trial's wall time
+        (spawn to exit). Runs of older versions: start-up (imports, build) over the
+        process's own time."""
+        split = [(m.fixed_s, m.time_split()) for m in self._measured()]
+        rows = [(fixed, total) for fixed, s in split if s is not None for total in [s[1]]]
+        if not rows:  # recorded before the phases were
+            old = [m for m in self._measured() if m.startup_s and m.wall_s]
+            rows = [(m.startup_s, m.wall_s) for m in old]
+        rows = [(fixed, total) for fixed, total in rows if fixed is not None and total]
         if not rows:
             return None
-        startup = statistics.median(m.startup_s for m in rows)
-        share = statistics.median(m.startup_s / m.wall_s for m in rows)
-        return startup, share
+        fixed = statistics.median(f for f, _ in rows)
+        share = statistics.median(f / total for f, total in rows)
+        return fixed, share
+
+    def time_split(self) -> tuple[dict[str, float], float, int] | None:
+        """Where a trial's time goes: the median of each phase over the measured configs
+        (one run each, see :meth:`Measurement.time_split`), the median total, and how
+        many configs had the phases recorded."""
+        splits = [s for m in self._measured() if (s := m.time_split()) is not None]
+        if not splits:
+            return None
+        phases = {k: statistics.median(p[k] for p, _ in splits) for k in splits[0][0]}
+        return phases, statistics.median(total for _, total in splits), len(splits)
+
+    def _measured(self) -> list[Measurement]:
+        """Every config's measurement (one never run records no phases: left out)."""
+        return [t.measurement for t in self.trials]
 
 
 def summarize(trials: list[TrialRecord]) -> list[TrialRecord]:

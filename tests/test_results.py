@@ -138,3 +138,38 @@ def test_memory_of_a_multi_process_trial_is_labelled_per_rank():
     assert summary_table(result).columns[6].header == "peak mem per rank"
     memory = next(f for f in summary_facts(result) if f.key == "memory")
     assert "the largest of its 2 processes' peaks" in memory.text
+
+
+def _phased(start, imports, build, timed, exit_s=0.1):
+    return Measurement(
+        status="ok",
+        samples_per_s=1.0,
+        process_start_s=start,
+        import_s=imports,
+        device_init_s=0.0,
+        build_s=build,
+        warmup_s=0.5,
+        window_s=timed,
+        exit_s=exit_s,
+        wall_s=imports + build + 0.5 + timed,
+    )
+
+
+def test_the_time_split_and_the_fixed_cost_come_from_the_same_phases():
+    """Per config, the phases add up to spawn-to-exit; the summary's split is each
+    phase's median, and the fixed cost is process start, imports, device, build and exit
+    (not the imports and build alone, as the first version counted)."""
+    runs = [_phased(0.1, 2.0, 0.5, 3.0), _phased(0.2, 3.0, 0.3, 5.0), _phased(0.1, 2.5, 0.4, 4.0)]
+    trials = [
+        TrialRecord(i, Config(batch_size=8 * (i + 1)), m, 1.0, BASELINE if i == 0 else SEARCH)
+        for i, m in enumerate(runs)
+    ]
+    result = TuneResult.from_trials("s", "memory", trials)
+    phases, total, n = result.time_split()
+    assert n == 3
+    assert phases["imports"] == 2.5 and phases["timed"] == 4.0 and phases["build"] == 0.4
+    assert phases["warm-up"] == 0.5 and phases["other"] == 0.0
+    assert round(total, 9) == round(0.1 + 2.5 + 0.4 + 0.5 + 4.0 + 0.1, 9)
+    fixed, share = result.overhead()
+    assert round(fixed, 9) == round(0.1 + 2.5 + 0.4 + 0.1, 9)  # median of the fixed costs
+    assert round(share, 9) == round(3.1 / 7.6, 9)  # the middle share: the third run's

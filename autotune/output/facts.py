@@ -194,6 +194,17 @@ def summary_facts(result: TuneResult) -> list[Fact]:
                 f"median {overhead[0]:.1f} s, {overhead[1]:.0%} of a trial's wall time",
             )
         )
+    split = result.time_split()
+    if split:
+        phases, total, n = split
+        parts = " · ".join(f"{k} {v:.2f}" for k, v in phases.items() if k != "other" or v >= 0.01)
+        facts.append(
+            Fact(
+                "time_split",
+                f"where a trial's time goes (s, median of {n} config{'s' * (n != 1)})",
+                f"{parts} (of {total:.1f} from spawn to exit)",
+            )
+        )
     if not result.global_batch:
         facts.append(Fact("free_batch", "warning", FREE_BATCH_WARNING, WARNING))
     best, base = result.best, result.baseline

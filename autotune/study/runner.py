@@ -22,7 +22,7 @@ from typing import Any
 
 from ..config import Config
 from ..errors import WorkloadError
-from ..measurement import FAILED, OOM, PRUNED, STACKS_SIGNAL, TIMEOUT, Measurement
+from ..measurement import FAILED, OOM, PRUNED, SPAWNED_AT, STACKS_SIGNAL, TIMEOUT, Measurement
 from ..space import Space
 from . import stacks
 from .procs import group_memory_bytes
@@ -85,6 +85,7 @@ def _spawn(
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     env.setdefault("PYTHONUNBUFFERED", "1")
     env["AUTOTUNE_DRIVER_PID"] = str(os.getpid())
+    env[SPAWNED_AT] = repr(time.time())  # the trial's process_start_s counts from here
     argv = [sys.executable, "-m", module]
     if world_size > 1:  # torch.distributed.run starts the ranks (autotune.trial.guard)
         argv += ["--ranks", str(world_size)]
@@ -176,7 +177,11 @@ def run_child(
                 stopped = {**stopped, "reason": f"{stopped['reason']}: hung in {where}"}
         return {**stopped, "wall_s": time.perf_counter() - start}
     if result_path.exists():  # written by the trial (rank 0 under DDP), whatever its status
-        return json.loads(result_path.read_text())
+        payload = json.loads(result_path.read_text())
+        ran = (payload.get("process_start_s") or 0.0) + (payload.get("wall_s") or 0.0)
+        if payload.get("wall_s") is not None:  # writing the result, exiting, reaping
+            payload["exit_s"] = max(0.0, time.perf_counter() - start - ran)
+        return payload
     reason = _describe_exit(proc.returncode)
     where = read_location(folder)  # a fatal signal's stacks (faulthandler)
     if where:

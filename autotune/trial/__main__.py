@@ -11,8 +11,9 @@ import time
 from pathlib import Path
 
 T0 = time.perf_counter()  # before torch is imported: the trial's start-up cost counts
+T0_WALL = time.time()
 
-from ..measurement import STACKS_FILE, STACKS_SIGNAL  # noqa: E402  (no torch)
+from ..measurement import SPAWNED_AT, STACKS_FILE, STACKS_SIGNAL  # noqa: E402  (no torch)
 
 
 def _write_stacks() -> None:
@@ -44,4 +45,8 @@ if sys.argv[1:2] == ["--ranks"]:
 
 from .main import main  # noqa: E402  (imports torch)
 
-main(sys.argv[1:], started=T0)
+try:  # from the driver's spawn to this process's first line: the interpreter's start
+    _spawned = {"process_start_s": max(0.0, T0_WALL - float(os.environ[SPAWNED_AT]))}
+except (KeyError, ValueError):
+    _spawned = {}
+main(sys.argv[1:], started=T0, phases={**_spawned, "import_s": time.perf_counter() - T0})

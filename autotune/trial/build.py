@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,7 @@ class Built:
     applied: Applied
     batches: Iterator[Any]
     lengths: list[int] | None = None  # every sample's length (token workloads), if known
+    device_init_s: float = 0.0  # the device's set-up (a CUDA context) within the build
 
 
 def build(spec: dict[str, Any]) -> Built:
@@ -41,15 +43,19 @@ def build(spec: dict[str, Any]) -> Built:
     config = Config.from_dict(spec["config"])
     set_threads(config)  # before the workload: the inter-op pool is sized only once
     trial = spec["trial"]
+    t = time.perf_counter()
     device = init_distributed(resolve_device(spec.get("device", "auto")))
+    if device.type == "cuda":  # the context, apart from the workload's build
+        torch.zeros(1, device=device)
+    device_init_s = time.perf_counter() - t
     seed = int(trial.get("seed", 0))
     workload = load(spec)
     if config.compile_mode != "off":
         # Hitting the recompile limit fails the trial (recorded with the reason) instead
         # of silently running that frame eagerly.
-        import torch._dynamo
+        from torch._dynamo import config as dynamo_config
 
-        torch._dynamo.config.fail_on_recompile_limit_hit = True
+        dynamo_config.fail_on_recompile_limit_hit = True
     lengths = _stored_lengths(spec) if workload.tokens is not None else None
     applied = apply_workload(
         config, workload, device=device, seed=seed, endless=True, lengths=lengths
@@ -60,7 +66,9 @@ def build(spec: dict[str, Any]) -> Built:
             f"{len(lengths)}: it must build the same dataset every time"
         )
     lengths = lengths or getattr(applied.loader.sampler, "lengths", None)  # found for grouping
-    return Built(config, trial, device, workload, applied, iter(applied.loader), lengths)
+    return Built(
+        config, trial, device, workload, applied, iter(applied.loader), lengths, device_init_s
+    )
 
 
 def _stored_lengths(spec: dict[str, Any]) -> list[int] | None:

@@ -39,8 +39,11 @@ def is_oom(exc: BaseException) -> bool:
 
 def run_trial(spec: dict[str, Any], started: float) -> dict[str, Any]:
     """Build, warm up, measure; the payload of ``result.json``. Exceptions propagate."""
+    t = time.perf_counter()
     built = build(spec)
+    build_s = time.perf_counter() - t - built.device_init_s
     m = measure(built, spec.get("progress_path"), started=started)
+    m = m.replace(device_init_s=built.device_init_s, build_s=build_s)
     return {**m.to_dict(), "applied": applied_settings(built.applied)}
 
 
@@ -91,8 +94,11 @@ def failure_reason(exc: BaseException, spec: dict[str, Any]) -> str:
     return describe_compile_failure(exc, config) or f"{type(exc).__name__}: {text}"
 
 
-def main(argv: list[str], *, started: float) -> None:
-    """Run the spec at ``argv[0]``, write the result to ``argv[1]``, exit the process."""
+def main(argv: list[str], *, started: float, phases: dict[str, float] | None = None) -> None:
+    """Run the spec at ``argv[0]``, write the result to ``argv[1]``, exit the process.
+
+    ``phases``: the process's start-up before this call (``process_start_s``,
+    ``import_s``), added to the result."""
     spec_path, result_path = Path(argv[0]), Path(argv[1])
     spec = json.loads(spec_path.read_text())
     try:
@@ -101,6 +107,7 @@ def main(argv: list[str], *, started: float) -> None:
         traceback.print_exc()
         status = OOM if is_oom(exc) else FAILED
         payload = Measurement(status=status, reason=failure_reason(exc, spec)[:500]).to_dict()
+    payload.update(phases or {})
     payload["wall_s"] = time.perf_counter() - started
     if RANK == 0:  # under DDP, rank 0 speaks for the trial
         write_json(result_path, payload)

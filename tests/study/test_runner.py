@@ -29,6 +29,24 @@ def test_one_trial_is_measured_in_a_subprocess(write_space, tmp_path):
     assert len(m.losses) == 8  # warm-up and measured steps
     for name in ("spec.json", "result.json", "stdout.log", "stderr.log"):
         assert (tmp_path / "t0" / name).exists()
+    # Where its time went: every phase recorded, and they add up to spawn-to-exit.
+    parts, total = m.time_split()
+    assert list(parts) == [
+        "process start",
+        "imports",
+        "device",
+        "build",
+        "warm-up",
+        "compile",
+        "timed",
+        "result and exit",
+        "other",
+    ]
+    assert all(v >= 0 for v in parts.values()) and abs(sum(parts.values()) - total) < 1e-9
+    assert m.process_start_s > 0 and m.import_s > 0 and m.build_s > 0 and m.exit_s > 0
+    assert parts["timed"] == m.window_s and total > m.wall_s
+    # the imports and the build come before the first step (startup_s)
+    assert m.import_s + m.device_init_s + m.build_s <= m.startup_s
 
 
 def test_same_config_and_seed_give_the_same_losses(write_space, tmp_path):
