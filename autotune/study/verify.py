@@ -237,7 +237,7 @@ def verify(
     return verify_result(
         space,
         result,
-        make_folder(runs_dir / "verify", "out"),
+        runs_dir / "verify",
         rounds=rounds,
         steps_factor=steps_factor,
         endless=endless,
@@ -262,7 +262,7 @@ def verify_result(
     lengths_path: Path | None = None,
 ) -> Verification:
     """:func:`verify` for a loaded result; runs go to ``folder``, the data to
-    ``folder/verify.json``.
+    ``folder/verify.json``. The folder is made only when there is something to run.
 
     Raises:
         ArgumentError: an argument is out of range.
@@ -291,6 +291,7 @@ def verify_result(
         return verification
     if any(r.config.world_size > 1 for r in (base, best)):
         raise ArgumentError("verify runs one process per config; DDP configs are not supported")
+    make_folder(folder, "out")
     run = run or run_child
     timeout = timeout_s if timeout_s is not None else trial.timeout_s * steps_factor
     spec = {
@@ -321,7 +322,6 @@ def verify_result(
         if on_run is not None:
             on_run(done, i + 1, len(order))
     verification = replace(verification, runs=runs)
-    folder.mkdir(parents=True, exist_ok=True)
     (folder / "verify.json").write_text(json.dumps(verification.to_dict(), indent=1))
     return verification
 
