@@ -80,6 +80,7 @@ class Measurement:
     device_init_s: float | None = None
     build_s: float | None = None
     exit_s: float | None = None
+    launcher: str | None = None  # how the process started: "fork" (warm launcher) or "spawn"
     peak_mem_bytes: int | None = None
     mem_kind: str = ""
     peak_allocated_bytes: int | None = None

@@ -57,7 +57,10 @@ _FIRST_TRIAL_SETTINGS = (
     "memory_cap",
 )
 # Trial settings that change no measurement nor the objective: never in the fingerprint.
-_UNMEASURED_TRIAL_SETTINGS = ("cost_per_hour",)
+_UNMEASURED_TRIAL_SETTINGS = ("cost_per_hour", "launcher")
+# How a run's process starts: forked by a warm launcher that has imported torch, or a
+# fresh interpreter (autotune.study.launcher).
+LAUNCHERS = ("fork", "spawn")
 SAMPLERS = ("tpe", "tpe-independent", "gp", "random", "grid")
 
 
@@ -83,6 +86,10 @@ class TrialSettings:
     # Host memory (RSS of the trial and its workers, PSS) at which a trial is killed as
     # oom: a fraction of system RAM, bytes, or None for no cap. Protects the machine.
     memory_cap: int | float | None = 0.9
+    # "fork": each run is forked by a warm launcher process that has imported torch and
+    # the trial code (never the workload, never CUDA), saving the imports; "spawn": a
+    # fresh interpreter per run. Where the OS cannot fork, runs are spawned.
+    launcher: str = "fork"
 
     def memory_cap_bytes(self) -> int | None:
         if self.memory_cap is None:

@@ -22,6 +22,7 @@ from .knobs import KNOBS, show
 from .planned import PLANNED_KEYS
 from .space import (
     DEVICES,
+    LAUNCHERS,
     SAMPLERS,
     AccuracyGuard,
     Budget,
@@ -397,6 +398,7 @@ def parse_space(data: Any, *, source: str = "<space>", base_dir: Path = Path("."
         cost_per_hour=_number_at_least(0, optional=True),
         seed=_int_at_least(0),
         longest_batch=_boolean,
+        launcher=_one_of(LAUNCHERS),
     )
     trial = replace(trial, memory_cap=memory_cap)
     planned = [key for key in PLANNED_KEYS if getattr(trial, key) is not None]

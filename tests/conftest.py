@@ -18,7 +18,10 @@ os.environ.setdefault("MPLCONFIGDIR", "/tmp/autotune-test-mpl")
 
 
 def child_processes(marker: Path) -> list[int]:
-    """PIDs of trial processes (and their forked workers) whose command line names marker."""
+    """PIDs of trial processes (and their forked workers) whose command line names marker
+    (a spawned trial) or whose stdout or stderr is a run's log under marker (a trial
+    forked by the warm launcher has the launcher's command line; the launcher's own log is
+    ``launcher.log``)."""
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -27,9 +30,25 @@ def child_processes(marker: Path) -> list[int]:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if "autotune.trial" in cmdline and str(marker) in cmdline:
+        if "autotune.trial" not in cmdline:
+            continue
+        if str(marker) in cmdline or any(
+            log.startswith(str(marker)) and log.endswith(("stdout.log", "stderr.log"))
+            for log in _logs(entry)
+        ):
             pids.append(int(entry.name))
     return pids
+
+
+def _logs(proc: Path) -> list[str]:
+    """Where a process's stdout and stderr go."""
+    out = []
+    for fd in ("1", "2"):
+        try:
+            out.append(os.readlink(proc / "fd" / fd))
+        except OSError:
+            pass
+    return out
 
 
 def wait_no_children(marker: Path, within_s: float = 10.0) -> list[int]:

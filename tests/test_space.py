@@ -80,6 +80,10 @@ def test_problems_are_gathered_and_name_file_and_key(write_space):
         ("workload: m:f\nbudget: {n_trials: null}\n", "otherwise the study never ends"),
         ("workload: m:f\nsearch: {sampler: magic}\n", "search.sampler: must be one of tpe"),
         (
+            "workload: m:f\ntrial: {launcher: thread}\n",
+            "trial.launcher: must be one of fork, spawn but got 'thread'",
+        ),
+        (
             "workload: m:f\nsearch: {min_gain: 1.5}\n",
             r"search.min_gain: must be a number in \[0, 1\)",
         ),
@@ -169,6 +173,8 @@ def test_the_cost_never_changes_the_fingerprint_a_planned_length_does_when_set()
 
     plain = space().fingerprint()
     assert space(cost_per_hour=12.5).fingerprint() == plain
+    # how a run's process starts changes no measurement: a study resumes with either
+    assert space(launcher="spawn").fingerprint() == space(launcher="fork").fingerprint() == plain
     assert space(planned_samples=None, planned_tokens=None).fingerprint() == plain
     assert space(planned_samples=1000).fingerprint() != plain
     assert space(planned_tokens=1000).fingerprint() != plain

@@ -24,13 +24,14 @@ from ..config import Config
 from ..errors import WorkloadError
 from ..measurement import FAILED, OOM, PRUNED, SPAWNED_AT, STACKS_SIGNAL, TIMEOUT, Measurement
 from ..space import Space
-from . import stacks
+from . import launcher, stacks
+from .launcher import FORK, SPAWN, Forked, LauncherError
 from .procs import group_memory_bytes
 from .pruning import Pruner
 from .stacks import STACKS_WAIT_S, read_location
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc: subprocess.Popen | Forked) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -38,7 +39,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _ask_for_stacks(proc: subprocess.Popen) -> None:
+def _ask_for_stacks(proc: subprocess.Popen | Forked) -> None:
     """Make every process of the trial write its Python stacks to its log (faulthandler,
     registered by the trial process and inherited by its forked DataLoader workers)."""
     try:
@@ -70,7 +71,7 @@ def _last_line(path: Path) -> str:
 POLL_S = 0.25
 
 
-def _spawn(
+def _start(
     spec_path: Path,
     result_path: Path,
     out: Any,
@@ -78,7 +79,11 @@ def _spawn(
     world_size: int = 1,
     extra_env: dict[str, str] | None = None,
     module: str = "autotune.trial",
-) -> subprocess.Popen:
+    how: str = SPAWN,
+) -> tuple[subprocess.Popen | Forked, str]:
+    """Start the run's process: forked by the warm launcher (``how="fork"``, one process
+    runs only) or spawned; the process and how it was started (``fork`` or ``spawn``:
+    a launcher that cannot start or died means spawn)."""
     env = {**os.environ, **(extra_env or {})}
     # The child must import this very autotune, even when it is not installed.
     package_root = str(Path(__file__).resolve().parent.parent)
@@ -86,21 +91,30 @@ def _spawn(
     env.setdefault("PYTHONUNBUFFERED", "1")
     env["AUTOTUNE_DRIVER_PID"] = str(os.getpid())
     env[SPAWNED_AT] = repr(time.time())  # the trial's process_start_s counts from here
+    args = [str(spec_path), str(result_path)]
+    if how == FORK and world_size == 1:
+        warm = launcher.shared()
+        if warm is not None:
+            try:
+                return warm.launch(module, args, Path(out.name), Path(err.name), env), FORK
+            except LauncherError:
+                pass  # spawned instead; the next run starts a new launcher
     argv = [sys.executable, "-m", module]
     if world_size > 1:  # torch.distributed.run starts the ranks (autotune.trial.guard)
         argv += ["--ranks", str(world_size)]
-    return subprocess.Popen(
-        [*argv, str(spec_path), str(result_path)],
+    proc = subprocess.Popen(
+        [*argv, *args],
         stdout=out,
         stderr=err,
         stdin=subprocess.DEVNULL,
         env=env,
         start_new_session=True,  # its own process group: one kill reaches its workers
     )
+    return proc, SPAWN
 
 
 def _supervise(
-    proc: subprocess.Popen,
+    proc: subprocess.Popen | Forked,
     timeout_s: float,
     memory_cap_bytes: int | None,
     stop_early: Callable[[], str | None] | None,
@@ -144,13 +158,16 @@ def run_child(
     stop_early: Callable[[], str | None] | None = None,
     env: dict[str, str] | None = None,
     module: str = "autotune.trial",
+    how: str = SPAWN,
 ) -> dict[str, Any]:
     """Run ``python -m autotune.trial`` on ``spec`` in ``folder``; return its result payload.
 
     A child that dies, overruns ``timeout_s`` or ``memory_cap_bytes`` (its whole process
     group, DataLoader workers included), or that ``stop_early()`` gives a reason to stop,
     is killed and yields a payload with that status and reason. ``env`` adds environment
-    variables; ``module`` is what runs (``autotune.trial.verify`` for a verify run). This
+    variables; ``module`` is what runs (``autotune.trial.verify`` for a verify run);
+    ``how`` starts it: ``fork`` from the warm launcher (:mod:`autotune.study.launcher`)
+    or ``spawn`` (``trial.launcher``). The payload says which in ``launcher``. This
     function raises only on KeyboardInterrupt, after killing the child's process group.
     """
     folder.mkdir(parents=True, exist_ok=True)
@@ -161,7 +178,7 @@ def run_child(
     start = time.perf_counter()
     with open(folder / "stdout.log", "wb") as out, open(folder / "stderr.log", "wb") as err:
         world_size = int(spec.get("config", {}).get("world_size", 1))
-        proc = _spawn(spec_path, result_path, out, err, world_size, env, module)
+        proc, started = _start(spec_path, result_path, out, err, world_size, env, module, how)
         try:
             stopped = _supervise(proc, timeout_s, memory_cap_bytes, stop_early)
         except BaseException:
@@ -170,6 +187,15 @@ def run_child(
         # Reap anything the child left behind in its group (e.g. DataLoader workers).
         _kill_group(proc)
     stacks.clear(folder, empty_only=True)
+    return {**_outcome(folder, proc, stopped, start), "launcher": started}
+
+
+def _outcome(
+    folder: Path, proc: subprocess.Popen | Forked, stopped: dict[str, Any] | None, start: float
+) -> dict[str, Any]:
+    """The payload of a finished run: the supervisor's verdict, the result file, or why
+    the process died without one."""
+    result_path = folder / "result.json"
     if stopped is not None:
         if stopped["status"] == TIMEOUT:  # where it hung, from the stacks it wrote
             where = read_location(folder)
@@ -225,6 +251,12 @@ def compile_cache(config: Config, folder: Path) -> tuple[dict[str, str], str | N
     state = "warm" if cache.is_dir() and any(cache.iterdir()) else "cold"
     cache.mkdir(parents=True, exist_ok=True)
     env = {"TORCHINDUCTOR_CACHE_DIR": str(cache), "TRITON_CACHE_DIR": str(cache / "triton")}
+    # The compiled graphs (inductor's FX graph cache) and the joint forward-backward
+    # graphs (the AOTAutograd cache) are what a warm repeat reuses: on unless the user
+    # turned them off.
+    for name in ("TORCHINDUCTOR_FX_GRAPH_CACHE", "TORCHINDUCTOR_AUTOGRAD_CACHE"):
+        if name not in os.environ:
+            env[name] = "1"
     return env, state
 
 
@@ -236,7 +268,7 @@ def probe(space: Space, folder: Path) -> dict[str, Any]:
         WorkloadError: the workload cannot be loaded or built.
     """
     spec = {**_base_spec(space), "mode": "probe", "lengths_path": str(folder / "lengths.json")}
-    result = run_child(spec, folder, space.trial.timeout_s)
+    result = run_child(spec, folder, space.trial.timeout_s, how=space.trial.launcher)
     if result.get("status") != "ok":
         raise WorkloadError(f"{result.get('reason', 'probe failed')} (log: {folder})")
     return result
@@ -244,7 +276,8 @@ def probe(space: Space, folder: Path) -> dict[str, Any]:
 
 def check(space: Space, folder: Path) -> dict[str, Any]:
     """``autotune validate``'s build check in a subprocess (:mod:`autotune.trial.check`):
-    one fp32 step on the CPU at the smallest batch size of the space.
+    one fp32 step on the CPU at the smallest batch size of the space. Spawned: a warm
+    launcher would cost more than it saves for one run.
 
     Returns the payload: ``problems`` (one line each; none when the workload is right)
     and ``facts``, or a failed status with its reason (the workload cannot be loaded, or
@@ -285,6 +318,7 @@ def run_trial(
         memory_cap_bytes=space.trial.memory_cap_bytes(),
         stop_early=pruner,
         env=env,
+        how=space.trial.launcher,
     )
     if pruner is not None and result.get("status") == PRUNED:
         m = pruner.measurement(result["reason"], result.get("wall_s"))
@@ -309,4 +343,4 @@ def profile_trial(space: Space, config: Config, folder: Path, steps: int) -> dic
         "trace_path": str((folder / "trace.json").resolve()),
     }
     env, _ = compile_cache(config, folder)
-    return run_child(spec, folder, space.trial.timeout_s, env=env)
+    return run_child(spec, folder, space.trial.timeout_s, env=env, how=space.trial.launcher)

@@ -39,10 +39,11 @@ from ..results import (
 )
 from ..space import Space
 from ..space_file import load_space
-from . import confirm, coordination, scoring
+from . import confirm, coordination, launcher, scoring
 from .backend import SubprocessBackend, TrialBackend
 from .coordination import claim, held, running_keys, running_roles, waiting_roles
 from .heartbeat import Heartbeat, fail_stale_trials
+from .launcher import FORK
 from .memory import MemoryModel, Prediction
 from .reporter import Reporter
 from .sampling import encode, every_config, make_sampler, sample, unmeasured
@@ -207,6 +208,8 @@ class Tuner:
     def run(self) -> TuneResult:
         # Storage first: a bad URL or a study from another space fails before any work.
         study = open_study(self.space, self.storage, self.study_name, make_sampler(self.space))
+        if self.space.trial.launcher == FORK:  # it imports torch while the probe is set up
+            launcher.prestart(self.out_dir / "launcher.log")
         self._prepare()
         study.set_user_attr("environment", self.environment)
         study.set_user_attr("capabilities", self.capabilities)

@@ -24,6 +24,7 @@ def test_two_process_gloo_trial_reports_global_throughput(write_space, tmp_path)
     # The two ranks split one sample stream and DDP averages gradients: the trajectory
     # is that of one process with the whole batch.
     single = run_trial(space, Config(batch_size=16), tmp_path / "single")
+    assert (m.launcher, single.launcher) == ("spawn", "fork")  # ranks: torch.distributed.run
     assert all(abs(a - b) < 1e-4 for a, b in zip(m.losses, single.losses, strict=True))
     assert wait_no_children(tmp_path) == []
 

@@ -1,0 +1,239 @@
+"""The warm launcher: trials forked from a process that has imported torch are what
+spawned trials are, and a trial's crash or hang harms neither the launcher nor the next."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from conftest import HERE
+
+from autotune import Config, load_space
+from autotune.study import launcher
+from autotune.study.launcher import Launcher, LauncherError
+from autotune.study.runner import run_trial
+
+# A workload that writes, when the trial imports it, what it finds of the process.
+STATE_WORKLOAD = """
+import faulthandler, json, os, random, signal, sys
+import numpy as np
+import torch
+
+def _state():
+    return {
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "cudnn_deterministic": torch.backends.cudnn.deterministic,
+        "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
+        "tf32_cudnn": torch.backends.cudnn.allow_tf32,
+        "matmul_precision": torch.get_float32_matmul_precision(),
+        "deterministic": torch.are_deterministic_algorithms_enabled(),
+        "num_threads": torch.get_num_threads(),
+        "interop_threads": torch.get_num_interop_threads(),
+        "default_dtype": str(torch.get_default_dtype()),
+        "grad_enabled": torch.is_grad_enabled(),
+        "cuda_initialized": torch.cuda.is_initialized(),
+        "torch_seed": torch.initial_seed(),
+        "torch_rand": torch.rand(3).tolist(),
+        "python_rand": random.random(),
+        "numpy_rand": float(np.random.rand()),
+        "own_group": os.getpgid(0) == os.getpid(),
+        "cwd": os.getcwd(),
+        "path0": sys.path[0],
+        "argv": sys.argv[1:],
+        "main": sys.modules["__main__"].__spec__.name,
+        "env": {k: v for k, v in os.environ.items() if k not in ("AUTOTUNE_SPAWNED_AT",
+                                                                 "AUTOTUNE_DRIVER_PID")},
+        "faulthandler": faulthandler.is_enabled(),
+        "sigint": str(signal.getsignal(signal.SIGINT)),
+        "sigchld": str(signal.getsignal(signal.SIGCHLD)),
+        "stdin": os.readlink("/proc/self/fd/0"),
+        "stdout": os.path.basename(os.readlink("/proc/self/fd/1")),
+        "from_the_user_path": __import__("helper").VALUE,
+    }
+
+STATE = _state()
+with open(os.path.join(os.path.dirname(sys.argv[-1]), "state.json"), "w") as f:
+    json.dump(STATE, f)
+
+from workloads import tiny as workload
+"""
+
+
+@pytest.fixture
+def state_space(write_space, tmp_path, monkeypatch):
+    # The launcher starts before the driver's environment, path and folder change: the
+    # forked run must take the run's, not the launcher's.
+    launcher.shutdown()
+    launcher.prestart()
+    (tmp_path / "state_workload.py").write_text(STATE_WORKLOAD)
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "helper.py").write_text("VALUE = 42\n")
+    # on the run's PYTHONPATH: a spawned interpreter puts it on sys.path, so must a fork
+    path = [str(lib), str(HERE), os.environ.get("PYTHONPATH", "")]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, path)))
+    monkeypatch.setenv("AUTOTUNE_TEST_MARK", "set by the driver")
+    monkeypatch.chdir(tmp_path)
+    space = load_space(
+        write_space("""
+        workload: state_workload.py:workload
+        trial: {warmup_steps: 1, measured_steps: 2, timeout_s: 120}
+    """)
+    )
+    return space
+
+
+def _with(space, how):
+    return replace(space, trial=replace(space.trial, launcher=how))
+
+
+def _state(folder: Path) -> dict:
+    return json.loads((folder / "state.json").read_text())
+
+
+def test_a_forked_trial_finds_the_process_a_spawned_one_finds(state_space, tmp_path):
+    config = Config(batch_size=16)
+    runs = {}
+    for name, how in (("fork-a", "fork"), ("spawn", "spawn"), ("fork-b", "fork")):
+        m = run_trial(_with(state_space, how), config, tmp_path / name)
+        assert m.ok, m.reason
+        assert m.launcher == how
+        runs[name] = _state(tmp_path / name)
+    forked, spawned, other = runs["fork-a"], runs["spawn"], runs["fork-b"]
+    random_draws = ("torch_seed", "torch_rand", "python_rand", "numpy_rand")
+    differs = {k for k in spawned if k not in random_draws and forked[k] != spawned[k]}
+    # the run's own folder is the only difference (argv names it)
+    assert differs == {"argv"}, {k: (forked[k], spawned[k]) for k in differs}
+    assert forked["env"]["AUTOTUNE_TEST_MARK"] == "set by the driver"
+    assert forked["cuda_initialized"] is False and forked["own_group"] is True
+    # seeds a spawned interpreter draws from the OS are not the launcher's, shared
+    for key in random_draws:
+        assert forked[key] != other[key], key
+
+
+@pytest.fixture
+def faulty_space(write_space):
+    return load_space(
+        write_space(f"""
+        workload: {HERE / "faulty.py"}:hangs_and_aborts
+        global_batch: free
+        trial: {{warmup_steps: 1, measured_steps: 2, timeout_s: 15}}
+    """)
+    )
+
+
+def test_a_crash_or_a_hang_harms_neither_the_launcher_nor_the_next_trial(faulty_space, tmp_path):
+    ok = run_trial(faulty_space, Config(batch_size=8), tmp_path / "first")
+    assert ok.ok and ok.launcher == "fork", ok.reason
+    pid = launcher.STATE.launcher.proc.pid
+    aborted = run_trial(faulty_space, Config(batch_size=64), tmp_path / "abort")
+    assert aborted.status == "failed" and "SIGABRT" in aborted.reason
+    assert "forward" in aborted.reason, aborted.reason
+    hung = run_trial(faulty_space, Config(batch_size=8, num_workers=1), tmp_path / "hang")
+    assert hung.status == "timeout" and "__getitem__" in hung.reason, hung.reason
+    assert "DataLoader worker" in hung.reason, hung.reason
+    again = run_trial(faulty_space, Config(batch_size=8), tmp_path / "again")
+    assert again.ok and again.launcher == "fork", again.reason
+    assert launcher.STATE.launcher.proc.pid == pid  # the same launcher served them all
+    assert again.losses == ok.losses  # and the next trial is the trial it was
+
+
+def test_a_launcher_that_dies_takes_its_runs_with_it_and_the_next_run_gets_a_new_one(
+    tmp_path, write_space
+):
+    warm = Launcher()
+    (tmp_path / "out.log").touch()
+    sleeper = warm.launch(
+        "timeit",
+        ["-n", "1", "import time; time.sleep(120)"],
+        tmp_path / "out.log",
+        tmp_path / "err.log",
+        dict(os.environ),
+    )
+    assert sleeper.poll() is None
+    os.kill(warm.proc.pid, signal.SIGKILL)
+    assert sleeper.wait(timeout=10) == -signal.SIGKILL
+    with pytest.raises(ProcessLookupError):  # died with the launcher (PR_SET_PDEATHSIG)
+        _wait_gone(sleeper.pid)
+    with pytest.raises(LauncherError, match="gone|died"):
+        warm.launch("timeit", ["pass"], tmp_path / "o", tmp_path / "e", dict(os.environ))
+    # the driver's shared launcher is started again once after it died
+    launcher.shutdown()
+    space = load_space(
+        write_space("""
+        workload: {workloads}:tiny
+        trial: {warmup_steps: 1, measured_steps: 2, timeout_s: 120}
+    """)
+    )
+    first = run_trial(space, Config(batch_size=16), tmp_path / "a")
+    shared = launcher.STATE.launcher
+    os.kill(shared.proc.pid, signal.SIGKILL)
+    shared.proc.wait()
+    second = run_trial(space, Config(batch_size=16), tmp_path / "b")
+    assert first.launcher == second.launcher == "fork"
+    assert launcher.STATE.launcher is not shared and second.losses == first.losses
+
+
+def _wait_gone(pid: int) -> None:
+    """Raise ProcessLookupError once ``pid`` is gone (a zombie counts as alive for kill)."""
+    import time
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        os.kill(pid, 0)
+        time.sleep(0.05)
+
+
+def test_launcher_spawn_spawns_each_run(write_space, tmp_path):
+    space = load_space(
+        write_space("""
+        workload: {workloads}:tiny
+        trial: {warmup_steps: 1, measured_steps: 2, timeout_s: 120, launcher: spawn}
+    """)
+    )
+    m = run_trial(space, Config(batch_size=16), tmp_path / "s")
+    assert m.ok and m.launcher == "spawn", m.reason
+    assert m.import_s > 0.2  # a spawned interpreter imports torch itself
+
+
+def test_the_launcher_loads_the_trial_code_but_not_cuda_nor_the_compiler_config():
+    """A forked CUDA context is unusable, and inductor's config reads the environment
+    (its caches) when imported: both must happen in the trial, with the trial's env."""
+    code = textwrap.dedent("""
+        import sys
+        from autotune.trial.launcher import preload
+        preload()
+        import torch
+        loaded = [m in sys.modules for m in ("autotune.trial.main", "torch._inductor.config")]
+        print(torch.cuda.is_initialized(), *loaded)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True", "False"]
+
+
+def test_a_run_that_changes_a_variable_read_at_import_is_spawned(
+    write_space, tmp_path, monkeypatch
+):
+    """The launcher read OMP_NUM_THREADS when it loaded torch: a run that sets another
+    value would get the launcher's thread pool, so it is spawned."""
+    space = load_space(
+        write_space("""
+        workload: {workloads}:tiny
+        trial: {warmup_steps: 1, measured_steps: 2, timeout_s: 120}
+    """)
+    )
+    first = run_trial(space, Config(batch_size=16), tmp_path / "a")
+    monkeypatch.setenv("OMP_NUM_THREADS", "2" if os.environ.get("OMP_NUM_THREADS") == "1" else "1")
+    second = run_trial(space, Config(batch_size=16), tmp_path / "b")
+    assert (first.launcher, second.launcher) == ("fork", "spawn")
+    assert second.ok and second.losses == first.losses, second.reason
+    warm = launcher.STATE.launcher
+    assert warm.differs_at_import(dict(os.environ)) == ["OMP_NUM_THREADS"]
+    assert warm.differs_at_import({**warm.env, "PYTHONPATH": "/elsewhere"}) == []
