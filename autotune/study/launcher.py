@@ -39,7 +39,21 @@ FORK_TIMEOUT_S = 30.0
 # Environment variables read when torch and its libraries load (thread pools, the
 # linker, the interpreter): a run whose value differs from the launcher's cannot be
 # forked from it, since the launcher read them already. It is spawned instead.
-READ_AT_IMPORT = ("OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "LD_", "PYTHON", "MALLOC_")
+READ_AT_IMPORT = (
+    "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "LD_", "PYTHON", "MALLOC_", "TORCH", "TRITON_"
+)  # fmt: skip
+# Of those, the ones read later, in the run: a forked run takes its own value.
+READ_IN_THE_RUN = ("PYTHONPATH", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+# torch.compile's local caches, read when inductor's and AOTAutograd's configs load:
+# the compiled graphs (the FX graph cache) and the joint forward-backward graphs (the
+# AOTAutograd cache) are what a warm repeat of a config reuses.
+COMPILE_CACHES = ("TORCHINDUCTOR_FX_GRAPH_CACHE", "TORCHINDUCTOR_AUTOGRAD_CACHE")
+
+
+def import_env(environ: dict[str, str]) -> dict[str, str]:
+    """What every run (and the launcher) adds to ``environ`` of the variables read at
+    import: the compile caches on, unless the user set them."""
+    return {name: "1" for name in COMPILE_CACHES if name not in environ}
 
 
 def default_launcher() -> str:
@@ -82,7 +96,7 @@ class Launcher:
     """A running launcher process and its channel."""
 
     def __init__(self, log: Path | None = None) -> None:
-        env = {**os.environ}
+        env = {**os.environ, **import_env(os.environ)}
         package_root = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
         env.setdefault("PYTHONUNBUFFERED", "1")
@@ -158,10 +172,12 @@ class Launcher:
 
     def differs_at_import(self, env: dict[str, str]) -> list[str]:
         """The variables of ``env`` read at import (:data:`READ_AT_IMPORT`) whose value is
-        not the launcher's: a run with them must be spawned. ``PYTHONPATH`` is not among
-        them (a forked run puts its entries on ``sys.path``)."""
+        not the launcher's: a run with them must be spawned. Those of
+        :data:`READ_IN_THE_RUN` are not among them (a forked run puts its ``PYTHONPATH``
+        on ``sys.path``; the compile cache folders are read when compiling)."""
         names = {k for k in (*env, *self.env) if k.startswith(READ_AT_IMPORT)}
-        return sorted(k for k in names - {"PYTHONPATH"} if env.get(k) != self.env.get(k))
+        names -= set(READ_IN_THE_RUN)
+        return sorted(k for k in names if env.get(k) != self.env.get(k))
 
     def launch(
         self, module: str, argv: list[str], stdout: Path, stderr: Path, env: dict[str, str]

@@ -84,7 +84,9 @@ def _start(
     """Start the run's process: forked by the warm launcher (``how="fork"``, one process
     runs only) or spawned; the process and how it was started (``fork`` or ``spawn``:
     a launcher that cannot start or died means spawn)."""
-    env = {**os.environ, **(extra_env or {})}
+    # Every run turns torch.compile's caches on (unless the user set them), compiling or
+    # not: the warm launcher read them when it imported TorchDynamo.
+    env = {**os.environ, **launcher.import_env(os.environ), **(extra_env or {})}
     # The child must import this very autotune, even when it is not installed.
     package_root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
@@ -251,12 +253,6 @@ def compile_cache(config: Config, folder: Path) -> tuple[dict[str, str], str | N
     state = "warm" if cache.is_dir() and any(cache.iterdir()) else "cold"
     cache.mkdir(parents=True, exist_ok=True)
     env = {"TORCHINDUCTOR_CACHE_DIR": str(cache), "TRITON_CACHE_DIR": str(cache / "triton")}
-    # The compiled graphs (inductor's FX graph cache) and the joint forward-backward
-    # graphs (the AOTAutograd cache) are what a warm repeat reuses: on unless the user
-    # turned them off.
-    for name in ("TORCHINDUCTOR_FX_GRAPH_CACHE", "TORCHINDUCTOR_AUTOGRAD_CACHE"):
-        if name not in os.environ:
-            env[name] = "1"
     return env, state
 
 

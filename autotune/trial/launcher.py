@@ -32,11 +32,22 @@ from .guard import die_with_driver
 
 
 def preload() -> None:
-    """What every trial imports before its workload: torch and the trial code. Never
-    CUDA (``torch.cuda.is_initialized()`` stays false) and never the workload."""
-    import torch  # noqa: F401
+    """What every trial imports before its workload: torch, TorchDynamo and the trial
+    code. Never CUDA (``torch.cuda.is_initialized()`` stays false) and never the workload.
+
+    TorchDynamo is imported by the first optimizer a trial builds (``torch.optim`` loads
+    it lazily): about 1 s on a 2-core CPU, which every trial would pay in its build. It
+    loads inductor's and AOTAutograd's configs, which read ``TORCH*`` variables when
+    imported: the driver gives the launcher the values it gives each run (the compile
+    cache flags, :func:`autotune.study.launcher.import_env`), and a run whose values
+    differ is spawned. The cache folders are read when a graph is compiled, in the run.
+    """
+    import torch
+    import torch._dynamo  # noqa: F401
 
     from . import check, main, probe, profile  # noqa: F401
+
+    del torch
 
 
 def _fresh_rngs() -> None:
@@ -50,6 +61,15 @@ def _fresh_rngs() -> None:
     np = sys.modules.get("numpy")
     if np is not None:
         np.random.seed()
+
+
+def _import_side_effects() -> None:
+    """What loading TorchDynamo did to the environment, done again with the run's: it
+    resolved inductor's cache folder (``TORCHINDUCTOR_CACHE_DIR``, the run's own where
+    it compiles) and put it in ``os.environ``, which the run's subprocesses inherit."""
+    cache_dir_utils = sys.modules.get("torch._inductor.runtime.cache_dir_utils")
+    if cache_dir_utils is not None:
+        cache_dir_utils.cache_dir()
 
 
 def _sync_path(env: dict[str, str]) -> None:
@@ -76,6 +96,7 @@ def _child(request: dict, channel: tuple[int, int]) -> None:
         os.environ.clear()
         os.environ.update(env)
         _sync_path(env)
+        _import_side_effects()
         _fresh_rngs()
         import runpy
 

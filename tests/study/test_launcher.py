@@ -25,6 +25,7 @@ STATE_WORKLOAD = """
 import faulthandler, json, os, random, signal, sys
 import numpy as np
 import torch
+import torch._functorch.config, torch._inductor.config  # read the environment when loaded
 
 def _state():
     return {
@@ -39,6 +40,8 @@ def _state():
         "default_dtype": str(torch.get_default_dtype()),
         "grad_enabled": torch.is_grad_enabled(),
         "cuda_initialized": torch.cuda.is_initialized(),
+        "fx_graph_cache": torch._inductor.config.fx_graph_cache,
+        "autograd_cache": torch._functorch.config.enable_autograd_cache,
         "torch_seed": torch.initial_seed(),
         "torch_rand": torch.rand(3).tolist(),
         "python_rand": random.random(),
@@ -155,7 +158,7 @@ def test_a_launcher_that_dies_takes_its_runs_with_it_and_the_next_run_gets_a_new
         ["-n", "1", "import time; time.sleep(120)"],
         tmp_path / "out.log",
         tmp_path / "err.log",
-        dict(os.environ),
+        warm.env,
     )
     assert sleeper.poll() is None
     os.kill(warm.proc.pid, signal.SIGKILL)
@@ -163,7 +166,7 @@ def test_a_launcher_that_dies_takes_its_runs_with_it_and_the_next_run_gets_a_new
     with pytest.raises(ProcessLookupError):  # died with the launcher (PR_SET_PDEATHSIG)
         _wait_gone(sleeper.pid)
     with pytest.raises(LauncherError, match="gone|died"):
-        warm.launch("timeit", ["pass"], tmp_path / "o", tmp_path / "e", dict(os.environ))
+        warm.launch("timeit", ["pass"], tmp_path / "o", tmp_path / "e", warm.env)
     # the driver's shared launcher is started again once after it died
     launcher.shutdown()
     space = load_space(
@@ -203,19 +206,19 @@ def test_launcher_spawn_spawns_each_run(write_space, tmp_path):
     assert m.import_s > 0.2  # a spawned interpreter imports torch itself
 
 
-def test_the_launcher_loads_the_trial_code_but_not_cuda_nor_the_compiler_config():
-    """A forked CUDA context is unusable, and inductor's config reads the environment
-    (its caches) when imported: both must happen in the trial, with the trial's env."""
+def test_the_launcher_loads_the_trial_code_and_dynamo_but_not_cuda():
+    """A forked CUDA context is unusable: CUDA starts in the trial. TorchDynamo (which
+    every optimizer imports) is loaded, with the compile caches on as every run has them."""
     code = textwrap.dedent("""
         import sys
         from autotune.trial.launcher import preload
         preload()
         import torch
-        loaded = [m in sys.modules for m in ("autotune.trial.main", "torch._inductor.config")]
+        loaded = [m in sys.modules for m in ("autotune.trial.main", "torch._dynamo")]
         print(torch.cuda.is_initialized(), *loaded)
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["False", "True", "False"]
+    assert out.stdout.split() == ["False", "True", "True"]
 
 
 def test_a_run_that_changes_a_variable_read_at_import_is_spawned(
@@ -235,5 +238,11 @@ def test_a_run_that_changes_a_variable_read_at_import_is_spawned(
     assert (first.launcher, second.launcher) == ("fork", "spawn")
     assert second.ok and second.losses == first.losses, second.reason
     warm = launcher.STATE.launcher
-    assert warm.differs_at_import(dict(os.environ)) == ["OMP_NUM_THREADS"]
-    assert warm.differs_at_import({**warm.env, "PYTHONPATH": "/elsewhere"}) == []
+    env = {**os.environ, **launcher.import_env(os.environ)}  # what a run gets
+    assert warm.differs_at_import(env) == ["OMP_NUM_THREADS"]
+    # read by the run itself: its own value is taken
+    for name in ("PYTHONPATH", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+        assert warm.differs_at_import({**warm.env, name: "/elsewhere"}) == []
+    # read when inductor's config loads, in the launcher
+    off = {**warm.env, "TORCHINDUCTOR_FX_GRAPH_CACHE": "0"}
+    assert warm.differs_at_import(off) == ["TORCHINDUCTOR_FX_GRAPH_CACHE"]
