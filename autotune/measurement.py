@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import signal
+import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -150,3 +152,21 @@ class Measurement:
 
     def replace(self, **changes: Any) -> Measurement:
         return dataclasses.replace(self, **changes)
+
+
+def fixed_cost(measurements: Iterable[Measurement]) -> tuple[float, float] | None:
+    """The median fixed cost of these runs (:attr:`Measurement.fixed_s`: process start,
+    imports, device, build, result and exit) and its median share of a run's wall time
+    (spawn to exit); None when no run recorded it. Runs of versions before the split:
+    start-up (imports, build) over the process's own time.
+
+    The one aggregation behind the summary's "per-trial fixed cost" and the benchmarks'.
+    """
+    measurements = list(measurements)
+    rows = [(m.fixed_s, s[1]) for m in measurements if (s := m.time_split()) is not None]
+    if not rows:  # recorded before the phases were
+        rows = [(m.startup_s, m.wall_s) for m in measurements if m.startup_s and m.wall_s]
+    rows = [(fixed, total) for fixed, total in rows if fixed is not None and total]
+    if not rows:
+        return None
+    return statistics.median(f for f, _ in rows), statistics.median(f / t for f, t in rows)

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from .config import Config
-from .measurement import OK, PRUNED, Measurement
+from .measurement import OK, PRUNED, Measurement, fixed_cost
 from .planned import Plan, Projection, project
 
 # Roles of a trial: the baseline (trial 0), a config the search measured, a proposal of a
@@ -353,21 +353,9 @@ class TuneResult:
         return len(pruned), sum(t.measurement.pruned_saved_s or 0.0 for t in pruned)
 
     def overhead(self) -> tuple[float, float] | None:
-        """Median per-trial fixed cost (process start, imports, device, build, result and
-        exit: :attr:`Measurement.fixed_s`) and its median share of a trial's wall time
-        (spawn to exit). Runs of older versions: start-up (imports, build) over the
-        process's own time."""
-        split = [(m.fixed_s, m.time_split()) for m in self._measured()]
-        rows = [(fixed, total) for fixed, s in split if s is not None for total in [s[1]]]
-        if not rows:  # recorded before the phases were
-            old = [m for m in self._measured() if m.startup_s and m.wall_s]
-            rows = [(m.startup_s, m.wall_s) for m in old]
-        rows = [(fixed, total) for fixed, total in rows if fixed is not None and total]
-        if not rows:
-            return None
-        fixed = statistics.median(f for f, _ in rows)
-        share = statistics.median(f / total for f, total in rows)
-        return fixed, share
+        """Median per-trial fixed cost and its median share of a trial's wall time over
+        the measured configs (:func:`~autotune.measurement.fixed_cost`)."""
+        return fixed_cost(self._measured())
 
     def time_split(self) -> tuple[dict[str, float], float, int] | None:
         """Where a trial's time goes: the median of each phase over the measured configs

@@ -23,6 +23,8 @@ from pathlib import Path
 import optuna
 
 from autotune import load_space, tune
+from autotune.measurement import Measurement, fixed_cost
+from autotune.space import LAUNCHERS
 from autotune.study.replay import ReplayBackend, record_table
 from autotune.study.scoring import judge, objective
 
@@ -30,8 +32,12 @@ SAMPLERS = ("tpe", "tpe-independent", "gp", "random")
 BUDGETS = (10, 20, 40)
 
 
-def record(space_path: Path, out: Path) -> None:
+def record(space_path: Path, out: Path, launcher: str | None = None) -> None:
     space = load_space(space_path)
+    if launcher is not None:  # trial.launcher, to compare fork with spawn
+        space = dataclasses.replace(
+            space, trial=dataclasses.replace(space.trial, launcher=launcher)
+        )
     storage = f"sqlite:///{out.with_suffix('.db')}"
     start = time.monotonic()
     result = tune(space, storage=storage, out_dir=Path(tempfile.mkdtemp()) / "runs")
@@ -41,9 +47,26 @@ def record(space_path: Path, out: Path) -> None:
     table["record_wall_s"] = time.monotonic() - start
     out.write_text(json.dumps(table, indent=1))
     print(
-        f"{out}: {len(table['measurements'])} configs in {table['record_wall_s']:.0f} s; "
-        f"best {result.best.config.short()} {result.speedup:.2f}x over baseline"
+        f"{out}: {len(table['measurements'])} configs in {table['record_wall_s']:.0f} s "
+        f"(trial.launcher: {space.trial.launcher}); best {result.best.config.short()} "
+        f"{result.speedup:.2f}x over baseline; "
+        f"{_fixed_text([Measurement.from_dict(r['measurement']) for r in table['measurements']])}"
     )
+
+
+def _fixed_text(measurements: list[Measurement]) -> str:
+    """The fixed-cost figure of a recorded grid (:func:`autotune.measurement.fixed_cost`).
+    Tables recorded before the time split count start-up (imports, build) only."""
+    overhead = fixed_cost(measurements)
+    if overhead is None:
+        return "no fixed cost recorded"
+    fixed, share = overhead
+    what = (
+        "process start, imports, device, build, result and exit"
+        if any(m.time_split() is not None for m in measurements)
+        else "imports and build, recorded before the time split"
+    )
+    return f"per-trial fixed cost ({what}) median {fixed:.1f} s, {share:.0%} of a trial's wall time"
 
 
 def _trajectory(space, backend: ReplayBackend, reference) -> tuple[list[float], list[float]]:
@@ -93,10 +116,8 @@ def replay(
         (opt_config, optimum) = backend.optimum(space)
         n = len(backend.rows)
         base = backend.rows[space.baseline.key()][1]
+        measured = [m for _, m in backend.rows.values()]
         cvs = [m.step_time_cv for _, m in backend.rows.values() if m.step_time_cv is not None]
-        overhead = [
-            m.startup_s / m.wall_s for _, m in backend.rows.values() if m.startup_s and m.wall_s
-        ]
         budget = min(max(BUDGETS), n)
         lines += [
             f"## {path.stem}: {n} configs, grid optimum {opt_config.short()} "
@@ -104,8 +125,7 @@ def replay(
             "baseline)",
             "",
             f"Recording the grid took {table.get('record_wall_s', 0):.0f} s; median step-time "
-            f"CV {statistics.median(cvs):.1%}; per-trial fixed cost (start, imports, build) "
-            f"median {statistics.median(overhead):.0%} of a trial's wall time.",
+            f"CV {statistics.median(cvs):.1%}; {_fixed_text(measured)}.",
             "",
             "| sampler | best/optimum @10 | @20 | @40 | seeds >= 95% @20 | trials to 95% "
             "(median) | wall s to 95% (median) |",
@@ -145,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("record")
     r.add_argument("space", type=Path)
     r.add_argument("--out", type=Path)
+    r.add_argument("--launcher", choices=LAUNCHERS, help="override trial.launcher")
     rp = sub.add_parser("replay")
     rp.add_argument("tables", type=Path, nargs="+")
     rp.add_argument("--seeds", type=int, default=30)
@@ -154,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.command == "record":
         out = args.out or Path("benchmarks/tables") / f"{args.space.stem}.json"
-        record(args.space, out)
+        record(args.space, out, args.launcher)
     else:
         gp_seeds = args.gp_seeds if args.gp_seeds is not None else args.seeds
         replay(args.tables, args.seeds, args.samplers.split(","), args.out, gp_seeds)

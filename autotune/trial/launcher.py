@@ -36,14 +36,18 @@ def preload() -> None:
     code. Never CUDA (``torch.cuda.is_initialized()`` stays false) and never the workload.
 
     TorchDynamo is imported by the first optimizer a trial builds (``torch.optim`` loads
-    it lazily): about 1 s on a 2-core CPU, which every trial would pay in its build. It
-    loads inductor's and AOTAutograd's configs, which read ``TORCH*`` variables when
+    it lazily), inductor's compiler by ``torch.compile()``: about 1 s each on a 2-core
+    CPU, which every trial would pay in its build (not in its compile time: both load
+    before the first compiled step, in a spawned trial as in a forked one). They load
+    inductor's and AOTAutograd's configs, which read ``TORCH*`` variables when
     imported: the driver gives the launcher the values it gives each run (the compile
     cache flags, :func:`autotune.study.launcher.import_env`), and a run whose values
     differ is spawned. The cache folders are read when a graph is compiled, in the run.
     """
     import torch
     import torch._dynamo  # noqa: F401
+    import torch._dynamo.repro.after_dynamo  # noqa: F401
+    import torch._inductor.compile_fx  # noqa: F401
 
     from . import check, main, probe, profile  # noqa: F401
 

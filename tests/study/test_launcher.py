@@ -206,19 +206,19 @@ def test_launcher_spawn_spawns_each_run(write_space, tmp_path):
     assert m.import_s > 0.2  # a spawned interpreter imports torch itself
 
 
-def test_the_launcher_loads_the_trial_code_and_dynamo_but_not_cuda():
+def test_the_launcher_loads_the_trial_code_and_the_compiler_but_not_cuda():
     """A forked CUDA context is unusable: CUDA starts in the trial. TorchDynamo (which
-    every optimizer imports) is loaded, with the compile caches on as every run has them."""
+    every optimizer imports) and inductor (which ``torch.compile()`` imports) are loaded."""
     code = textwrap.dedent("""
         import sys
         from autotune.trial.launcher import preload
         preload()
         import torch
-        loaded = [m in sys.modules for m in ("autotune.trial.main", "torch._dynamo")]
-        print(torch.cuda.is_initialized(), *loaded)
+        names = ("autotune.trial.main", "torch._dynamo", "torch._inductor.compile_fx")
+        print(torch.cuda.is_initialized(), *(m in sys.modules for m in names))
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["False", "True", "True"]
+    assert out.stdout.split() == ["False", "True", "True", "True"]
 
 
 def test_a_run_that_changes_a_variable_read_at_import_is_spawned(

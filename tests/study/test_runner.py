@@ -137,6 +137,8 @@ def test_each_compiled_config_compiles_cold_once_in_its_own_cache(write_space, t
     )
     caches = sorted((runs / "compile-cache").iterdir())
     assert len(caches) == 2 and all(any(c.iterdir()) for c in caches)  # one per config
+    for cache in caches:  # what a warm repeat reuses: compiled graphs and joint graphs
+        assert {"fxgraph", "aotautograd"} <= {p.name for p in cache.iterdir()}, cache
     # torch.compile's own counters; an eager config compiles nothing.
     assert all(m.compile_s > 0 for m in (first_a, first_b, again_b))
     assert eager.compile_s is None and eager.compile_cache is None

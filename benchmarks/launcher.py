@@ -1,0 +1,134 @@
+"""The warm launcher against plain spawn: the quick start run back to back both ways.
+
+    python benchmarks/launcher.py search_spaces/cpu.yaml --rounds 2   # on an idle machine
+
+Each round runs ``autotune run`` (the CLI, in its own process, as a user runs it) on a
+copy of the space with ``trial.launcher: fork`` and on one with ``spawn``, each in a
+fresh folder and study, the order rotated round by round (spawn first in odd rounds).
+It prints, per run, the wall time of the whole command, the runs it made (trials,
+confirmation runs and the probe), the compiles on a cold cache, and the median share
+of a trial's wall time spent on fixed cost (``Measurement.fixed_s``: process start,
+imports, device, build, result and exit, over every run of the study:
+``autotune.measurement.fixed_cost``); then the ratio fork/spawn of each round's wall
+times and their median, and the ratio of every fork and spawn run that made the same runs
+(the same configs in the same order: the same ``path`` digest).
+
+The search is the same both ways (same seed) but not the same trials: it follows the
+measured throughputs, so the two runs can take other configs, and another count of
+compiles, which dominate the quick start's time. Each line says how many each made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from autotune.measurement import fixed_cost
+from autotune.space_file import load_space
+from autotune.study.storage import load_result, records
+
+LAUNCHERS = ("fork", "spawn")
+
+
+def _space_copy(space: Path, how: str, folder: Path) -> Path:
+    """The space with ``trial.launcher: how``, its workload path made absolute and its
+    study stored in ``folder``."""
+    data = yaml.safe_load(space.read_text())
+    target = str(data["workload"])
+    path, sep, attr = target.rpartition(":")
+    if sep and (path.endswith(".py") or "/" in path):
+        data["workload"] = f"{(space.parent / path).resolve()}:{attr}"
+    data.setdefault("trial", {})["launcher"] = how
+    data.setdefault("study", {})["storage"] = f"sqlite:///{folder / 'study.db'}"
+    copy = folder / space.name
+    copy.write_text(yaml.safe_dump(data, sort_keys=False))
+    return copy
+
+
+def one_run(space: Path, how: str) -> dict:
+    folder = Path(tempfile.mkdtemp(prefix=f"launcher-{how}-"))
+    copy = _space_copy(space, how, folder)
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "autotune", "run", str(copy)],
+        cwd=folder,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wall = time.monotonic() - start
+    if done.returncode != 0:
+        raise SystemExit(f"autotune run failed ({how}): {done.stderr.strip()[-2000:]}")
+    loaded = load_space(copy)
+    study, _ = load_result(loaded, None, None)
+    ms = [t.measurement for t in records(study)]
+    overhead = fixed_cost(ms)
+    specs = sorted((folder / "autotune-runs").glob("*/*/spec.json"))
+    configs = [json.dumps(json.loads(p.read_text()).get("config"), sort_keys=True) for p in specs]
+    return {
+        "how": how,
+        "wall_s": wall,
+        "runs": len(specs),
+        # the same digest: the same runs of the same configs in the same order
+        "path": hashlib.sha256("\n".join(configs).encode()).hexdigest()[:6],
+        "cold": sum(1 for m in ms if m.compile_cache == "cold"),
+        "fixed_share": overhead[1] if overhead else float("nan"),
+        "launchers": sorted({m.launcher for m in ms if m.launcher}),
+        "folder": str(folder),
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("space", type=Path)
+    p.add_argument("--rounds", type=int, default=2)
+    args = p.parse_args()
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
+    rows, ratios = [], []
+    for r in range(args.rounds):
+        order = LAUNCHERS[::-1] if r % 2 == 0 else LAUNCHERS
+        walls = {}
+        for how in order:
+            row = one_run(args.space, how)
+            rows.append(row)
+            walls[how] = row["wall_s"]
+            print(
+                f"round {r + 1} {how:5s}: {row['wall_s']:6.1f} s, {row['runs']} runs "
+                f"(path {row['path']}), "
+                f"{row['cold']} cold compiles, fixed cost median {row['fixed_share']:.0%} "
+                f"of a trial ({'/'.join(row['launchers'])}; {row['folder']})",
+                flush=True,
+            )
+        ratios.append(walls["fork"] / walls["spawn"])
+        print(f"round {r + 1}: fork/spawn wall time {ratios[-1]:.2f}", flush=True)
+    same = [
+        (f["wall_s"] / s["wall_s"], f["path"])
+        for f in rows
+        if f["how"] == "fork"
+        for s in rows
+        if s["how"] == "spawn" and s["path"] == f["path"]
+    ]
+    for ratio, path in same:
+        print(f"fork/spawn wall time on the same runs (path {path}): {ratio:.2f}")
+    print(
+        f"median fork/spawn wall time over {len(ratios)} round(s): "
+        f"{statistics.median(ratios):.2f} ({1 - statistics.median(ratios):.0%} less)"
+    )
+    for how in LAUNCHERS:
+        shares = [row["fixed_share"] for row in rows if row["how"] == how]
+        print(f"{how}: fixed cost median {statistics.median(shares):.0%} of a trial's wall time")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
