@@ -210,20 +210,23 @@ class Tuner:
         study = open_study(self.space, self.storage, self.study_name, make_sampler(self.space))
         if self.space.trial.launcher == FORK:  # it imports torch while the probe is set up
             launcher.prestart(self.out_dir / "launcher.log")
-        self._prepare()
-        study.set_user_attr("environment", self.environment)
-        study.set_user_attr("capabilities", self.capabilities)
-        stale = fail_stale_trials(study, grace_s=3 * self.space.study.heartbeat_s)
-        if stale:
-            self.reporter.note(
-                f"trial(s) {', '.join(map(str, stale))} were left running by a driver that "
-                "died; marked failed and queued again"
-            )
-        trials = records(study)
-        coordination.queue_baseline(study, self.space, trials)
-        self.reference = self._reference(study, trials)
-        self._search(study)
-        self._confirm(study)
+        try:
+            self._prepare()
+            study.set_user_attr("environment", self.environment)
+            study.set_user_attr("capabilities", self.capabilities)
+            stale = fail_stale_trials(study, grace_s=3 * self.space.study.heartbeat_s)
+            if stale:
+                self.reporter.note(
+                    f"trial(s) {', '.join(map(str, stale))} were left running by a driver "
+                    "that died; marked failed and queued again"
+                )
+            trials = records(study)
+            coordination.queue_baseline(study, self.space, trials)
+            self.reference = self._reference(study, trials)
+            self._search(study)
+            self._confirm(study)
+        finally:  # a tune() call leaves no process behind, not even the idle launcher
+            launcher.shutdown()
         return self._result(study)
 
     def _search(self, study: optuna.Study) -> None:

@@ -13,9 +13,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import HERE
+from conftest import HERE, TINY_SPACE
 
-from autotune import Config, load_space
+from autotune import Config, load_space, tune
 from autotune.study import launcher
 from autotune.study.launcher import Launcher, LauncherError
 from autotune.study.runner import run_trial
@@ -246,3 +246,27 @@ def test_a_run_that_changes_a_variable_read_at_import_is_spawned(
     # read when inductor's config loads, in the launcher
     off = {**warm.env, "TORCHINDUCTOR_FX_GRAPH_CACHE": "0"}
     assert warm.differs_at_import(off) == ["TORCHINDUCTOR_FX_GRAPH_CACHE"]
+
+
+def _launchers_of(pid: int) -> list[int]:
+    """The warm launchers among the children of ``pid``."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    found = []
+    for child in children:
+        try:
+            cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"autotune.trial.launcher" in cmdline:
+            found.append(int(child))
+    return found
+
+
+def test_a_study_forks_its_runs_and_leaves_no_launcher_behind(write_space, tmp_path):
+    launcher.shutdown()
+    space = load_space(write_space(TINY_SPACE))
+    result = tune(space, storage=f"sqlite:///{tmp_path}/s.db", out_dir=tmp_path / "runs")
+    assert len(result.trials) == 3
+    assert {t.measurement.launcher for t in result.trials} == {"fork"}
+    assert (tmp_path / "runs" / "space" / "launcher.log").is_file()
+    assert launcher.STATE.launcher is None and _launchers_of(os.getpid()) == []
