@@ -1,6 +1,8 @@
 """The warm launcher against plain spawn: the quick start run back to back both ways.
 
     python benchmarks/launcher.py search_spaces/cpu.yaml --rounds 2   # on an idle machine
+    python benchmarks/launcher.py search_spaces/cpu.yaml --rounds 4 \
+        --trials batch_size=32,accumulation_steps=4 batch_size=128,amp_dtype=bf16
 
 Each round runs ``autotune run`` (the CLI, in its own process, as a user runs it) on a
 copy of the space with ``trial.launcher: fork`` and on one with ``spawn``, each in a
@@ -16,11 +18,17 @@ times and their median, and the ratio of every fork and spawn run that made the 
 The search is the same both ways (same seed) but not the same trials: it follows the
 measured throughputs, so the two runs can take other configs, and another count of
 compiles, which dominate the quick start's time. Each line says how many each made.
+
+``--trials CONFIG ...`` compares single trials instead: each config's trial forked and
+spawned side by side in rotated rounds, each run in a fresh folder (a compiled config
+compiles cold each time); it prints the fork/spawn ratios of throughput and cold compile
+time and the difference of peak memory.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import statistics
@@ -32,8 +40,10 @@ from pathlib import Path
 
 import yaml
 
+from autotune import Config
 from autotune.measurement import fixed_cost
 from autotune.space_file import load_space
+from autotune.study.runner import run_trial
 from autotune.study.storage import load_result, records
 
 LAUNCHERS = ("fork", "spawn")
@@ -87,13 +97,64 @@ def one_run(space: Path, how: str) -> dict:
     }
 
 
+def _config(text: str) -> Config:
+    """``batch_size=128,amp_dtype=bf16`` as a config."""
+    pairs = (item.split("=", 1) for item in text.split(",") if item)
+    return Config.from_dict({k: yaml.safe_load(v) for k, v in pairs})
+
+
+def paired_trials(space_path: Path, configs: list[str], rounds: int) -> None:
+    """Each config's trial forked and spawned, side by side in rotated rounds (each run
+    in a fresh folder: a compiled config compiles cold every time); the ratios."""
+    space = load_space(space_path)
+    for text in configs:
+        config = _config(text)
+        rates, compiles, memory = [], [], []
+        for r in range(rounds):
+            got = {}
+            for how in LAUNCHERS[::-1] if r % 2 == 0 else LAUNCHERS:
+                folder = Path(tempfile.mkdtemp(prefix=f"trial-{how}-")) / "trial-0000"
+                trial = dataclasses.replace(space.trial, launcher=how)
+                m = run_trial(dataclasses.replace(space, trial=trial), config, folder)
+                if not m.ok or m.launcher != how:
+                    raise SystemExit(f"{config.short()} ({how}): {m.status} {m.reason}")
+                got[how] = m
+            fork, spawn = got["fork"], got["spawn"]
+            rates.append(fork.rate / spawn.rate)
+            if fork.compile_s and spawn.compile_s:
+                compiles.append(fork.compile_s / spawn.compile_s)
+            memory.append((fork.peak_mem_bytes - spawn.peak_mem_bytes) / 2**20)
+        print(
+            f"{config.short()}: fork/spawn throughput median {statistics.median(rates):.2f} "
+            f"({', '.join(f'{x:.2f}' for x in rates)})"
+            + (
+                f"; cold compile median {statistics.median(compiles):.2f} "
+                f"({', '.join(f'{x:.2f}' for x in compiles)})"
+                if compiles
+                else ""
+            )
+            + f"; peak RSS fork - spawn {min(memory):+.0f} to {max(memory):+.0f} MiB",
+            flush=True,
+        )
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("space", type=Path)
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument(
+        "--trials",
+        nargs="+",
+        metavar="CONFIG",
+        help="compare single trials of these configs instead of whole studies "
+        "(e.g. batch_size=128,amp_dtype=bf16)",
+    )
     args = p.parse_args()
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
+    if args.trials:
+        paired_trials(args.space, args.trials, args.rounds)
+        return 0
     rows, ratios = [], []
     for r in range(args.rounds):
         order = LAUNCHERS[::-1] if r % 2 == 0 else LAUNCHERS

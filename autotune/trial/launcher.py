@@ -202,9 +202,9 @@ def main() -> None:
     os.dup2(2, 1)
     preload()
     # What the imports made goes to the permanent generation: a forked run's collections
-    # then never write to those objects' headers, which would copy every page of them
-    # (copy-on-write) and cost a compile-heavy run ~1 s here (measured: a forked
-    # torch.compile of the example CNN took ~2% longer than a spawned one without this).
+    # then never write to those objects' headers, which would copy their pages
+    # (copy-on-write). Measured here without it: a forked cold torch.compile of the
+    # example CNN took 1-2% longer than a spawned one; with it, as long or shorter.
     gc.collect()
     gc.freeze()
     _send(out, {"ready": os.getpid()})
