@@ -31,6 +31,8 @@ from pathlib import Path
 
 import optuna
 
+from autotune.study.procs import process_table
+
 ROOT = Path(__file__).resolve().parents[1]
 SPACE = """\
 workload: {root}/tests/workloads.py:tiny
@@ -40,7 +42,7 @@ knobs:
   zero_grad_set_to_none: [false, true]
 baseline: {{batch_size: 8}}
 global_batch: 32
-trial: {{warmup_steps: 1, measured_steps: 40}}
+trial: {{warmup_steps: 1, measured_steps: 300}}
 search: {{confirm_top: {confirm_top}, confirm_rounds: {rounds}, seed: 0, prune: false}}
 study: {{heartbeat_s: 1}}
 budget: {{n_trials: {n_trials}}}
@@ -98,24 +100,9 @@ class Soak:
 # ---------------------------------------------------------------- processes
 
 
-def _table() -> dict[int, tuple[int, int, str]]:
-    """Every process: pid -> (parent pid, process group, state)."""
-    out = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        out[int(entry.name)] = (int(fields[1]), int(fields[2]), fields[0])
-    return out
-
-
 def descendants(pid: int) -> dict[int, int]:
     """The processes below ``pid`` (children, their workers...): pid -> process group."""
-    table = _table()
+    table = process_table()
     found: dict[int, int] = {}
     frontier = [pid]
     while frontier:
@@ -131,7 +118,7 @@ def survivors(before: dict[int, int], marker: str | None) -> list[str]:
     """Live processes (not zombies) among ``before``, in their process groups, or whose
     command line names ``marker`` (the soak's folder; None while another driver of the
     study still runs)."""
-    table = _table()
+    table = process_table()
     ours, pid = set(), os.getpid()  # this process and its parents name the folder too
     while pid in table and pid not in ours:
         ours.add(pid)
@@ -188,7 +175,9 @@ def wait_for_moment(
         time.sleep(0.005 if kind == "write" else 0.05)
     else:
         raise RuntimeError(f"no {kind} moment within 300 s (log: {log})")
-    pause = {"trial": (0.0, 2.5), "write": (0.0, 0.05), "confirm": (0.0, 3.0)}[kind]
+    # A forked run of the soak's workload (300 measured steps) lasts ~0.2-3 s: a pause
+    # of up to 1 s lands in that run or the next, and in the confirmation before it ends.
+    pause = {"trial": (0.0, 1.0), "write": (0.0, 0.05), "confirm": (0.0, 1.0)}[kind]
     time.sleep(rng.uniform(*pause))
     return proc.poll() is None
 

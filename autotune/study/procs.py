@@ -8,13 +8,13 @@ from pathlib import Path
 _PROC = Path("/proc")
 
 
-def group_members(pgid: int) -> list[int]:
-    """PIDs whose process group is ``pgid`` (the trial and its DataLoader workers)."""
-    pids = []
+def process_table() -> dict[int, tuple[int, int, str]]:
+    """Every process this machine shows: pid -> (parent pid, process group, state)."""
+    out = {}
     try:
         entries = list(_PROC.iterdir())
     except OSError:
-        return []
+        return {}
     for entry in entries:
         if not entry.name.isdigit():
             continue
@@ -22,11 +22,16 @@ def group_members(pgid: int) -> list[int]:
             stat = (entry / "stat").read_text()
         except OSError:
             continue
-        # Field 5 is the process group; the command name (field 2) may hold spaces.
+        # Fields after the command name (which may hold spaces): state, ppid, pgrp, ...
         fields = stat.rsplit(")", 1)[-1].split()
-        if len(fields) > 2 and int(fields[2]) == pgid:
-            pids.append(int(entry.name))
-    return pids
+        if len(fields) > 2:
+            out[int(entry.name)] = (int(fields[1]), int(fields[2]), fields[0])
+    return out
+
+
+def group_members(pgid: int) -> list[int]:
+    """PIDs whose process group is ``pgid`` (the trial and its DataLoader workers)."""
+    return [pid for pid, (_, group, _) in process_table().items() if group == pgid]
 
 
 def _pss_bytes(pid: int) -> int:

@@ -14,12 +14,13 @@ from conftest import ROOT, wait_no_children
 
 from autotune.study.storage import open_storage
 
+# 1000 measured steps: a trial lasts long enough (~1-6 s forked) to be killed mid-way.
 SPACE = """
     workload: {workloads}:tiny
     knobs: {batch_size: [4, 8, 16, 32], num_workers: [0, 1]}
     baseline: {batch_size: 8}
     global_batch: free
-    trial: {warmup_steps: 1, measured_steps: 150}
+    trial: {warmup_steps: 1, measured_steps: 1000}
     search: {confirm_top: 0, prune: false}
     study: {heartbeat_s: 1}
     budget: {n_trials: 6}
