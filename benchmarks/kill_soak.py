@@ -42,7 +42,7 @@ knobs:
   zero_grad_set_to_none: [false, true]
 baseline: {{batch_size: 8}}
 global_batch: 32
-trial: {{warmup_steps: 1, measured_steps: 300}}
+trial: {{warmup_steps: 1, measured_steps: 1000}}
 search: {{confirm_top: {confirm_top}, confirm_rounds: {rounds}, seed: 0, prune: false}}
 study: {{heartbeat_s: 1}}
 budget: {{n_trials: {n_trials}}}
@@ -175,7 +175,7 @@ def wait_for_moment(
         time.sleep(0.005 if kind == "write" else 0.05)
     else:
         raise RuntimeError(f"no {kind} moment within 300 s (log: {log})")
-    # A forked run of the soak's workload (300 measured steps) lasts ~0.2-3 s: a pause
+    # A forked run of the soak's workload (1000 measured steps) lasts ~0.5-6 s: a pause
     # of up to 1 s lands in that run or the next, and in the confirmation before it ends.
     pause = {"trial": (0.0, 1.0), "write": (0.0, 0.05), "confirm": (0.0, 1.0)}[kind]
     time.sleep(rng.uniform(*pause))
@@ -359,7 +359,7 @@ def main() -> int:
     folder = Path(args.out or f"/tmp/kill-soak-{args.seed}-{int(time.time())}")
     folder.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
-    figures = run_soak(Soak(folder, seed=args.seed, n_trials=6, rounds=3), args.cycles)
+    figures = run_soak(Soak(folder, seed=args.seed, n_trials=12, rounds=3), args.cycles)
     figures["seconds"] = round(time.monotonic() - start)
     print(json.dumps({"driver_kills": figures}, indent=1))
     start = time.monotonic()
