@@ -190,7 +190,7 @@ def summary_facts(result: TuneResult) -> list[Fact]:
         facts.append(
             Fact(
                 "overhead",
-                "per-trial fixed cost (process start, imports, model build)",
+                "per-trial fixed cost (process start, imports, device, build, result and exit)",
                 f"median {overhead[0]:.1f} s, {overhead[1]:.0%} of a trial's wall time",
             )
         )
