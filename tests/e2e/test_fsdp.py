@@ -131,8 +131,8 @@ def test_the_plain_loop_export_shards_and_trains_under_torchrun(tmp_path):
         optimizer.step()
         from torch.distributed.fsdp import FSDPModule
         sharded = sum(isinstance(m, FSDPModule) for m in model.modules())
-        print("trained", dist.get_rank(), sharded, type(next(model.parameters())).__name__)
-        sys.stdout.flush()
+        line = f"trained {dist.get_rank()} {sharded} {type(next(model.parameters())).__name__}"
+        os.write(1, (line + "\\n").encode())  # one write: the ranks' lines do not interleave
         os._exit(0)  # gloo's teardown at interpreter exit aborts now and then (torch 2.13)
     """)
     script = tmp_path / "train.py"
