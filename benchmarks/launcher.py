@@ -42,11 +42,10 @@ import yaml
 
 from autotune import Config
 from autotune.measurement import fixed_cost
+from autotune.space import LAUNCHERS
 from autotune.space_file import load_space
 from autotune.study.runner import run_trial
 from autotune.study.storage import load_result, records
-
-LAUNCHERS = ("fork", "spawn")
 
 
 def _space_copy(space: Path, how: str, folder: Path) -> Path:

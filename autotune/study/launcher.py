@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-FORK, SPAWN = "fork", "spawn"
-LAUNCHERS = (FORK, SPAWN)
+from ..space import LAUNCHERS
+
+FORK, SPAWN = LAUNCHERS
 # How long the launcher may take to import torch and the trial code before the driver
 # gives up on it and spawns instead.
 READY_TIMEOUT_S = 120.0
@@ -54,6 +55,20 @@ def import_env(environ: dict[str, str]) -> dict[str, str]:
     """What every run (and the launcher) adds to ``environ`` of the variables read at
     import: the compile caches on, unless the user set them."""
     return {name: "1" for name in COMPILE_CACHES if name not in environ}
+
+
+def run_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a run, and of the launcher that forks runs: the driver's, with
+    the compile caches on (:func:`import_env`: every run, compiling or not, since the
+    launcher read them when it imported TorchDynamo), ``extra``, this very autotune on
+    ``PYTHONPATH`` (even when it is not installed), unbuffered output and the driver's
+    pid (:func:`autotune.trial.guard.die_with_driver`)."""
+    env = {**os.environ, **import_env(os.environ), **(extra or {})}
+    package_root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env["AUTOTUNE_DRIVER_PID"] = str(os.getpid())
+    return env
 
 
 def default_launcher() -> str:
@@ -96,11 +111,7 @@ class Launcher:
     """A running launcher process and its channel."""
 
     def __init__(self, log: Path | None = None) -> None:
-        env = {**os.environ, **import_env(os.environ)}
-        package_root = str(Path(__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        env["AUTOTUNE_DRIVER_PID"] = str(os.getpid())
+        env = run_env()
         self.env = env
         err = open(log, "ab") if log is not None else subprocess.DEVNULL  # noqa: SIM115
         self.proc = subprocess.Popen(

@@ -84,14 +84,7 @@ def _start(
     """Start the run's process: forked by the warm launcher (``how="fork"``, one process
     runs only) or spawned; the process and how it was started (``fork`` or ``spawn``:
     a launcher that cannot start or died means spawn)."""
-    # Every run turns torch.compile's caches on (unless the user set them), compiling or
-    # not: the warm launcher read them when it imported TorchDynamo.
-    env = {**os.environ, **launcher.import_env(os.environ), **(extra_env or {})}
-    # The child must import this very autotune, even when it is not installed.
-    package_root = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    env["AUTOTUNE_DRIVER_PID"] = str(os.getpid())
+    env = launcher.run_env(extra_env)
     env[SPAWNED_AT] = repr(time.time())  # the trial's process_start_s counts from here
     args = [str(spec_path), str(result_path)]
     if how == FORK and world_size == 1:
