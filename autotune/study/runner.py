@@ -8,7 +8,6 @@ DataLoader workers. The driver starts it by module name and never imports it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -25,6 +24,7 @@ from ..errors import WorkloadError
 from ..measurement import FAILED, OOM, PRUNED, SPAWNED_AT, STACKS_SIGNAL, TIMEOUT, Measurement
 from ..space import Space
 from . import launcher, stacks
+from .compile_cache import compile_cache, keep_machine_probe, machine_probe
 from .launcher import FORK, SPAWN, Forked, LauncherError
 from .procs import group_memory_bytes
 from .pruning import Pruner
@@ -231,33 +231,24 @@ def _base_spec(space: Space) -> dict[str, Any]:
     return spec
 
 
-def compile_cache(config: Config, folder: Path) -> tuple[dict[str, str], str | None]:
-    """The environment giving a torch.compile run of ``config`` its own inductor cache in
-    the study's run folder (``folder`` is the run's folder in it), and whether that cache
-    is ``cold`` (empty: the config's first compile) or ``warm``. Eager configs: nothing.
-
-    One cache per config, not one per study: a config's first compile is cold whatever
-    compiled before it, so its compile time does not depend on the order of the trials.
-    """
-    if config.compile_mode == "off":
-        return {}, None
-    digest = hashlib.sha256(config.key().encode()).hexdigest()[:16]
-    cache = (folder.parent / "compile-cache" / digest).resolve()
-    state = "warm" if cache.is_dir() and any(cache.iterdir()) else "cold"
-    cache.mkdir(parents=True, exist_ok=True)
-    env = {"TORCHINDUCTOR_CACHE_DIR": str(cache), "TRITON_CACHE_DIR": str(cache / "triton")}
-    return env, state
-
-
 def probe(space: Space, folder: Path) -> dict[str, Any]:
     """Load the workload once in a subprocess: capabilities, environment, dataset size;
-    for a token workload every sample's length, written to ``folder/lengths.json``.
+    for a token workload every sample's length, written to ``folder/lengths.json``; for
+    a space that may compile, inductor's vector-ISA probe, which seeds every config's
+    compile cache (:mod:`autotune.study.compile_cache`).
 
     Raises:
         WorkloadError: the workload cannot be loaded or built.
     """
     spec = {**_base_spec(space), "mode": "probe", "lengths_path": str(folder / "lengths.json")}
-    result = run_child(spec, folder, space.trial.timeout_s, how=space.trial.launcher)
+    vec_isa = machine_probe(space, folder)
+    env = None
+    if vec_isa is not None:  # inductor's vector-ISA probe, once for every config's cache
+        spec["vec_isa"] = True
+        env = {"TORCHINDUCTOR_CACHE_DIR": str(vec_isa)}
+    result = run_child(spec, folder, space.trial.timeout_s, env=env, how=space.trial.launcher)
+    if vec_isa is not None:
+        keep_machine_probe(vec_isa, result.get("status") == "ok")
     if result.get("status") != "ok":
         raise WorkloadError(f"{result.get('reason', 'probe failed')} (log: {folder})")
     return result

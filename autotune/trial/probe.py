@@ -294,9 +294,19 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
     caps = capabilities(device, workload, dataset)
     # what the exports name for per-block wrapping (FSDP auto-wrap classes)
     block_types = caps.pop("block_types")
-    return {
-        "status": OK,
-        "capabilities": caps,
-        "environment": {**environment(device.type), "workload_block_types": block_types},
-        "workload": facts,
-    }
+    env = {**environment(device.type), "workload_block_types": block_types}
+    if spec.get("vec_isa") and device.type == "cpu" and caps["compile"]:
+        env["cpu_vec_isa"] = vec_isa()
+    return {"status": OK, "capabilities": caps, "environment": env, "workload": facts}
+
+
+def vec_isa() -> str:
+    """The vector ISA inductor compiles CPU kernels for, found as inductor finds it: by
+    building a test library for each ISA it knows in its cache folder
+    (``TORCHINDUCTOR_CACHE_DIR``, which every config's cache then starts from)."""
+    try:
+        from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+        return str(pick_vec_isa()) or "none"
+    except Exception as exc:  # the trials find it themselves, as before
+        return f"unknown ({type(exc).__name__}: {exc})"[:200]

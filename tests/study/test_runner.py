@@ -71,6 +71,8 @@ def test_probe_reports_capabilities_and_environment(write_space, tmp_path):
     assert "math" in caps["sdpa_backends"] and caps["matmul_precisions"][0] == "highest"
     assert env["torch"] and env["cpu_count"] >= 1 and env["device_memory_bytes"] > 0
     assert result["workload"]["dataset_len"] == 512
+    # a space that never compiles leaves inductor's vector-ISA probe alone
+    assert "cpu_vec_isa" not in env and not (tmp_path / "compile-cache").exists()
 
 
 def test_records_is_empty_for_a_fresh_study():
@@ -118,12 +120,20 @@ def test_each_compiled_config_compiles_cold_once_in_its_own_cache(write_space, t
         write_space("""
         workload: {workloads}:tiny
         global_batch: 32
+        knobs: {compile_mode: ["off", default]}
         trial: {warmup_steps: 2, measured_steps: 3, planned_steps: 100}
     """)
     )
     a = Config(batch_size=16, accumulation_steps=2, compile_mode="default")
     b = Config(batch_size=32, compile_mode="default")
     runs = tmp_path / "runs"
+    # The probe finds the machine's vector ISA as inductor does, once for every config:
+    # it builds inductor's ISA test libraries, which each config's cache starts with.
+    env = probe(space, runs / "probe")["environment"]
+    machine = runs / "compile-cache" / "machine"
+    libraries = {p.relative_to(machine): p.stat().st_mtime_ns for p in machine.rglob("*.so")}
+    assert libraries and env["cpu_vec_isa"] and not env["cpu_vec_isa"].startswith("unknown")
+    assert [p.name for p in (runs / "compile-cache").iterdir()] == ["machine"]  # no .tmp left
     first_a = run_trial(space, a, runs / "trial-0001")
     first_b = run_trial(space, b, runs / "trial-0002")  # after a: still a cold compile
     again_b = run_trial(space, b, runs / "trial-0003")
@@ -135,10 +145,13 @@ def test_each_compiled_config_compiles_cold_once_in_its_own_cache(write_space, t
         "cold",
         "warm",
     )
-    caches = sorted((runs / "compile-cache").iterdir())
+    caches = sorted(p for p in (runs / "compile-cache").iterdir() if p.name != "machine")
     assert len(caches) == 2 and all(any(c.iterdir()) for c in caches)  # one per config
     for cache in caches:  # what a warm repeat reuses: compiled graphs and joint graphs
         assert {"fxgraph", "aotautograd"} <= {p.name for p in cache.iterdir()}, cache
+        # the ISA test libraries were copied in and used as they were, never rebuilt
+        for rel, mtime in libraries.items():
+            assert (cache / rel).stat().st_mtime_ns == mtime, (cache, rel)
     # torch.compile's own counters; an eager config compiles nothing.
     assert all(m.compile_s > 0 for m in (first_a, first_b, again_b))
     assert eager.compile_s is None and eager.compile_cache is None
