@@ -12,8 +12,9 @@ confirmation runs and the probe), the compiles on a cold cache, and the median s
 of a trial's wall time spent on fixed cost (``Measurement.fixed_s``: process start,
 imports, device, build, result and exit, over every run of the study:
 ``autotune.measurement.fixed_cost``); then the ratio fork/spawn of each round's wall
-times and their median, and the ratio of every fork and spawn run that made the same runs
-(the same configs in the same order: the same ``path`` digest).
+times and their median, the ratio of every fork and spawn run that made the same runs
+(the same configs in the same order: the same ``path`` digest), and the ratio of the
+wall times of all rounds, in all and per run.
 
 The search is the same both ways (same seed) but not the same trials: it follows the
 measured throughputs, so the two runs can take other configs, and another count of
@@ -183,6 +184,20 @@ def main() -> int:
     print(
         f"median fork/spawn wall time over {len(ratios)} round(s): "
         f"{statistics.median(ratios):.2f} ({1 - statistics.median(ratios):.0%} less)"
+    )
+    # Two runs of a round can make other searches (31-55 runs): the whole wall time of
+    # every round each way estimates what a quick start costs on average, and the wall
+    # time per run compares launchers on whatever runs each made.
+    total = {h: sum(r["wall_s"] for r in rows if r["how"] == h) for h in LAUNCHERS}
+    runs = {h: sum(r["runs"] for r in rows if r["how"] == h) for h in LAUNCHERS}
+    pooled, per_run = (
+        total["fork"] / total["spawn"],
+        (total["fork"] / runs["fork"] / (total["spawn"] / runs["spawn"])),
+    )
+    print(
+        f"all rounds: fork {total['fork']:.1f} s ({runs['fork']} runs), spawn "
+        f"{total['spawn']:.1f} s ({runs['spawn']} runs): fork/spawn {pooled:.2f} "
+        f"({1 - pooled:.0%} less); per run {per_run:.2f}"
     )
     for how in LAUNCHERS:
         shares = [row["fixed_share"] for row in rows if row["how"] == how]
