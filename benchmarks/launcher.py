@@ -190,10 +190,8 @@ def main() -> int:
     # time per run compares launchers on whatever runs each made.
     total = {h: sum(r["wall_s"] for r in rows if r["how"] == h) for h in LAUNCHERS}
     runs = {h: sum(r["runs"] for r in rows if r["how"] == h) for h in LAUNCHERS}
-    pooled, per_run = (
-        total["fork"] / total["spawn"],
-        (total["fork"] / runs["fork"] / (total["spawn"] / runs["spawn"])),
-    )
+    pooled = total["fork"] / total["spawn"]
+    per_run = (total["fork"] / runs["fork"]) / (total["spawn"] / runs["spawn"])
     print(
         f"all rounds: fork {total['fork']:.1f} s ({runs['fork']} runs), spawn "
         f"{total['spawn']:.1f} s ({runs['spawn']} runs): fork/spawn {pooled:.2f} "

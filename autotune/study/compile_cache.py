@@ -54,19 +54,31 @@ def compiled(cache: Path) -> bool:
     return bool(_files(cache) - seeded - {SEEDED})
 
 
+def _fresh_tmp(target: Path) -> Path:
+    """A temporary folder beside ``target`` for this process to fill (emptied if a
+    killed driver of the same pid left one)."""
+    tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    return tmp
+
+
+def _publish(tmp: Path, target: Path) -> None:
+    """Make ``tmp`` ``target`` in one rename, or drop it when another driver of the
+    study made ``target`` first: a process killed half-way never leaves a half-made one."""
+    try:
+        os.rename(tmp, target)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _seed(cache: Path, machine: Path) -> None:
-    """Make ``cache`` a copy of the machine's probe (``machine``), atomically: a driver
-    killed half-way leaves a temporary folder, never a half-seeded cache."""
+    """Make ``cache`` a copy of the machine's probe (``machine``), atomically."""
     if not machine.is_dir():
         return
-    tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = _fresh_tmp(cache)
     shutil.copytree(machine, tmp, ignore=shutil.ignore_patterns("locks"))
     (tmp / SEEDED).write_text(json.dumps(sorted(_files(tmp))))
-    try:
-        os.rename(tmp, cache)
-    except OSError:  # another driver of the study made it first
-        shutil.rmtree(tmp, ignore_errors=True)
+    _publish(tmp, cache)
 
 
 def compile_cache(config: Config, folder: Path) -> tuple[dict[str, str], str | None]:
@@ -100,19 +112,14 @@ def machine_probe(space: Space, folder: Path) -> Path | None:
     machine = (folder.parent / CACHES / MACHINE).resolve()
     if not may_compile(space) or machine.is_dir():
         return None
-    tmp = machine.with_name(f"{MACHINE}.{os.getpid()}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = _fresh_tmp(machine)
     tmp.mkdir(parents=True)
     return tmp
 
 
 def keep_machine_probe(tmp: Path, ok: bool) -> None:
     """Make the probe's folder ``tmp`` the machine's (``ok``), or drop it."""
-    machine = tmp.with_name(MACHINE)
     if ok and any(tmp.iterdir()):
-        try:
-            os.rename(tmp, machine)
-            return
-        except OSError:  # another worker's probe made it first
-            pass
-    shutil.rmtree(tmp, ignore_errors=True)
+        _publish(tmp, tmp.with_name(MACHINE))
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)

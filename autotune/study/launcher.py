@@ -111,8 +111,7 @@ class Launcher:
     """A running launcher process and its channel."""
 
     def __init__(self, log: Path | None = None) -> None:
-        env = run_env()
-        self.env = env
+        self.env = env = run_env()
         err = open(log, "ab") if log is not None else subprocess.DEVNULL  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "autotune.trial.launcher"],
