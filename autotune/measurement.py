@@ -60,6 +60,9 @@ class Measurement:
     unit: str = "samples"  # what the objective counts: "samples" or (real) "tokens"
     tokens_per_step: float | None = None  # real tokens per optimizer step (token workloads)
     padding_share: float | None = None
+    # Share of the timed window the training step waited for its next batch (host clock:
+    # the DataLoader's iterator, loading and collation when it has no workers).
+    data_share: float | None = None
     peak_longest_bytes: int | None = None  # peak memory of a step of the longest batch
     longest_batch_tokens: int | None = None  # its length (tokens per sample, padded)
     graphs: int | None = None  # torch.compile: graphs compiled in the trial

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -307,6 +308,9 @@ class Applied:
     real_tokens: int = 0
     positions: int = 0
     padding: int = 0  # positions the attention mask marks as padding
+    # Host seconds :meth:`train_step` spent waiting for the next batch (the loader's
+    # iterator: a worker's queue, or the main process loading and collating).
+    data_wait_s: float = 0.0
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """The autocast context of the config (a no-op for fp32)."""
@@ -358,7 +362,9 @@ class Applied:
         total = torch.zeros((), device=self.device)
         for i in range(accum):
             with phase("data"):
+                waited = time.perf_counter()
                 batch = next(batches)
+                self.data_wait_s += time.perf_counter() - waited
                 self._count(batch)
             with phase("to_device"):
                 batch = self.to_device(batch)

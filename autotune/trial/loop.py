@@ -59,6 +59,7 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
 
     tokens_before, positions_before = applied.real_tokens, applied.positions
     padding_before = applied.padding
+    waited_before = applied.data_wait_s
     counted = counts_tokens(workload)
     before_window = compiles.spent_s()
     progress = _Progress(
@@ -92,6 +93,8 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
         if key in memory:
             memory[key] = max(p[key] for p in peaks)
     steps = int(trial["measured_steps"])
+    waited = applied.data_wait_s - waited_before
+    data_share = min(1.0, waited / clock.window_s) if clock.window_s > 0 else None
     real = applied.real_tokens - tokens_before
     positions = applied.positions - positions_before
     padding = applied.padding - padding_before
@@ -116,6 +119,7 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
         unit=TOKENS if workload.tokens is not None else "samples",
         tokens_per_step=real / steps if counted else None,
         padding_share=padding / positions if positions else None,
+        data_share=data_share,
         peak_longest_bytes=peaks[1]["peak_mem_bytes"] if longest is not None else None,
         longest_batch_tokens=longest,
         measured_steps=steps,
