@@ -71,3 +71,20 @@ def test_the_machine_probe_runs_once_and_only_where_a_config_compiles(write_spac
     keep_machine_probe(tmp, ok=True)
     assert (tmp.parent / "machine" / "lib.so").is_file() and not tmp.exists()
     assert machine_probe(compiles, probe_dir) is None  # a resumed study finds it
+
+
+def test_a_probe_that_built_nothing_is_not_the_machines_and_the_next_probe_runs(
+    write_space, tmp_path
+):
+    """An empty probe folder published as ``compile-cache/machine`` would stop every later
+    probe (the study would think it had found the ISA) and seed nothing."""
+    space = load_space(
+        write_space("workload: {workloads}:tiny\nknobs: {compile_mode: ['off', default]}\n")
+    )
+    probe_dir = tmp_path / "runs" / "probe"
+    tmp = machine_probe(space, probe_dir)
+    assert tmp is not None and list(tmp.iterdir()) == []
+    keep_machine_probe(tmp, ok=True)  # the probe succeeded but built nothing
+    assert not tmp.exists() and not (tmp.parent / "machine").exists()
+    again = machine_probe(space, probe_dir)
+    assert again is not None and again.is_dir()  # the next probe runs again

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import optuna
 from test_workers import SPACE
 
@@ -36,3 +38,25 @@ def test_the_baseline_is_not_queued_again_while_a_worker_measures_it(write_space
     study.ask()  # a worker took it and measures it now
     queue_baseline(study, space, [])
     assert waiting_roles(study) == []
+
+
+def test_a_stale_confirmation_round_run_is_failed_and_not_queued_again():
+    """The rounds make their missing runs themselves: a queued one would hold the
+    confirmation back for good (its rounds wait for an empty queue)."""
+    from autotune.results import CONFIRM, SEARCH
+    from autotune.study.coordination import waiting_roles
+    from autotune.study.heartbeat import KEY, fail_stale_trials
+
+    study = optuna.create_study()
+    dead = {"t": time.time() - 60.0, "host": "another-host", "pid": 1}  # beat 60 s ago
+    study.enqueue_trial({}, user_attrs={"role": CONFIRM, "round": 0})
+    run = study.ask()
+    run.set_user_attr(KEY, dead)
+    assert fail_stale_trials(study, grace_s=5.0) == [run.number]
+    assert study.trials[run.number].state == optuna.trial.TrialState.FAIL
+    assert study.get_trials(states=(optuna.trial.TrialState.WAITING,)) == []
+    # A stale search trial, by contrast, is queued once more.
+    search = study.ask()
+    search.set_user_attr(KEY, dead)
+    assert fail_stale_trials(study, grace_s=5.0) == [search.number]
+    assert waiting_roles(study) == [SEARCH]
