@@ -138,6 +138,24 @@ class Contribution:
 
 
 @dataclass(frozen=True)
+class KnobCost:
+    """The search trials that moved one knob from the baseline, and what they cost."""
+
+    knob: str
+    trials: int = 0
+    run_s: float = 0.0  # spawn to exit, compile included
+    compile_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "knob": self.knob,
+            "trials": self.trials,
+            "run_s": round(self.run_s, 2),
+            "compile_s": round(self.compile_s, 2),
+        }
+
+
+@dataclass(frozen=True)
 class Reduction:
     """The winner with its neutral knobs (``knobs``) back at the baseline's values,
     measured in paired rounds with the winner: ``ratios`` per round, reduced over winner.
@@ -184,6 +202,9 @@ class TuneResult:
     contributions: list[Contribution] = field(default_factory=list)
     reduction: Reduction | None = None
     plan: Plan | None = None  # the planned run (trial.planned_*, cost_per_hour)
+    # The screening start's plan as the study keeps it (autotune.study.screening):
+    # "order" (move labels), "reasons", "profile"; None for a study without one.
+    screening: dict[str, Any] | None = None
 
     @classmethod
     def from_trials(
@@ -366,6 +387,30 @@ class TuneResult:
             return None
         phases = {k: statistics.median(p[k] for p, _ in splits) for k in splits[0][0]}
         return phases, statistics.median(total for _, total in splits), len(splits)
+
+    def knob_costs(self) -> list[KnobCost]:
+        """Where the search's time went, per knob: the search trials (the baseline's and
+        the sampler's, not the confirmation's) that set the knob away from the baseline,
+        and their run time, compile included. A trial moving two knobs counts for both,
+        so the rows do not add up; most expensive first."""
+        base = self.baseline
+        if base is None:
+            return []
+        costs: dict[str, KnobCost] = {}
+        for t in self.trials:
+            m = t.measurement
+            if t.role != SEARCH or m.wall_s is None:  # a config skipped unrun counts nothing
+                continue
+            split = m.time_split()
+            run_s = split[1] if split else m.wall_s
+            for name, value in t.config.to_dict().items():
+                if name == "accumulation_steps" or value == getattr(base.config, name):
+                    continue
+                c = costs.get(name, KnobCost(name))
+                costs[name] = KnobCost(
+                    name, c.trials + 1, c.run_s + run_s, c.compile_s + (m.compile_s or 0.0)
+                )
+        return sorted(costs.values(), key=lambda c: c.run_s, reverse=True)
 
     def _measured(self) -> list[Measurement]:
         """Every config's measurement (one never run records no phases: left out)."""

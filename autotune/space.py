@@ -138,6 +138,9 @@ class SearchSettings:
         predict_memory: skip a sampled config that the study's memory model (fitted from
             its trials, :mod:`autotune.study.memory`) predicts over the memory budget;
             it is recorded as ``predicted-over-memory`` instead of run.
+        screening: after the baseline, move one knob per trial, in an order the
+            baseline's measurement sets, before the sampler takes over
+            (:mod:`autotune.study.screening`); never with the ``grid`` sampler.
     """
 
     sampler: str = "tpe"
@@ -151,6 +154,7 @@ class SearchSettings:
     ablate: bool = True
     min_gain: float = 0.03
     predict_memory: bool = True
+    screening: bool = True
 
 
 @dataclass(frozen=True)

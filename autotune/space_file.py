@@ -454,6 +454,7 @@ def parse_space(data: Any, *, source: str = "<space>", base_dir: Path = Path("."
         ablate=_boolean,
         min_gain=_below_one,
         predict_memory=_boolean,
+        screening=_boolean,
     )
     output_dir = data.get("output_dir", "autotune-runs")
     if not isinstance(output_dir, str) or not output_dir:

@@ -161,6 +161,37 @@ def _proof_facts(result: TuneResult) -> list[Fact]:
     return facts
 
 
+def _search_facts(result: TuneResult) -> list[Fact]:
+    """How the search spent its trials: the screening's order and why, the time per knob."""
+    facts = []
+    plan = result.screening
+    if plan and plan.get("order"):
+        why = "; ".join(plan.get("reasons", [])) or "no rule fired: registry order"
+        facts.append(
+            Fact(
+                "screening",
+                "screening (one knob moved per trial, from the best config so far)",
+                f"{', '.join(plan['order'])} ({why})",
+            )
+        )
+    costs = result.knob_costs()
+    if costs:
+        parts = [
+            f"{c.knob} {c.trials} trial{'s' * (c.trials != 1)} {c.run_s:.1f} s"
+            + (f" (compile {c.compile_s:.1f} s)" if c.compile_s else "")
+            for c in costs
+        ]
+        facts.append(
+            Fact(
+                "knob_time",
+                "time per knob (search trials that move it from the baseline, run time with "
+                "compile; a trial moving two knobs counts for both)",
+                " · ".join(parts),
+            )
+        )
+    return facts
+
+
 def summary_facts(result: TuneResult) -> list[Fact]:
     """Everything the summary says about a study, in reading order."""
     facts: list[Fact] = []
@@ -205,6 +236,7 @@ def summary_facts(result: TuneResult) -> list[Fact]:
                 f"{parts} (of {total:.1f} from spawn to exit)",
             )
         )
+    facts += _search_facts(result)
     if not result.global_batch:
         facts.append(Fact("free_batch", "warning", FREE_BATCH_WARNING, WARNING))
     best, base = result.best, result.baseline

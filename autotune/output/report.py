@@ -152,6 +152,8 @@ def report_data(result: TuneResult, profiles: dict[int, dict[str, Any]]) -> dict
         "global_batch": result.global_batch,
         "planned_run": projection.to_dict() if (projection := result.projection) else None,
         "status_counts": result.status_counts(),
+        "screening": result.screening,
+        "knob_time": [c.to_dict() for c in result.knob_costs()],
         "trials": [trial_data(t, result) for t in result.trials if t.role != DUPLICATE],
         "profiles": {str(n): {**p, "advice": advice(p, evidence)} for n, p in profiles.items()},
     }

@@ -39,7 +39,7 @@ from ..results import (
 )
 from ..space import Space
 from ..space_file import load_space
-from . import confirm, coordination, launcher, scoring
+from . import confirm, coordination, launcher, scoring, screening
 from .backend import SubprocessBackend, TrialBackend
 from .coordination import claim, held, running_keys, running_roles, waiting_roles
 from .heartbeat import Heartbeat, fail_stale_trials
@@ -241,6 +241,7 @@ class Tuner:
         rng = random.Random(space.search.seed)
         dup_streak = 0
         done = 0
+        not_compiled = 0
         start = time.monotonic()
         grace_s = 3 * space.study.heartbeat_s
 
@@ -265,14 +266,17 @@ class Tuner:
                 break
             if covered >= size or dup_streak >= MAX_DUPLICATES_IN_A_ROW:
                 break
+            if not waiting_roles(study):  # a queued trial (a retry) comes first
+                self._screen(study, trials, measured.keys() | running | skipped.keys(), done)
             trial = study.ask()
             config = sample(space, trial)
             key = config.key()
             previous = measured.get(key)
-            skip = None
+            skip = hopeless = None
             if previous is None and key not in running:
-                skip = self._predicted(trials, trial, config)
-            if previous is not None or key in running or (skip and key in skipped):
+                hopeless = self._hopeless(trial, config, measured, trials)
+                skip = None if hopeless else self._predicted(trials, trial, config)
+            if previous is not None or key in running or hopeless or (skip and key in skipped):
                 if previous is not None:  # measured before: reuse it, spend nothing
                     self._tell(
                         study,
@@ -284,7 +288,10 @@ class Tuner:
                     )
                 elif skip is not None:  # skipped before, and still predicted over
                     self._skip(study, trial, config, skip, duplicate_of=skipped[key].number)
-                else:  # another worker is measuring it right now
+                else:  # another worker is measuring it right now, or not worth compiling
+                    if hopeless:
+                        trial.set_user_attr("not_run", hopeless)
+                        not_compiled += 1
                     study.tell(trial, state=optuna.trial.TrialState.FAIL)
                 dup_streak += 1
                 if waiting_roles(study):  # a queued trial (a retry) comes first
@@ -326,6 +333,11 @@ class Tuner:
                 record, best_of(trials), baseline_of(trials), done + 1, self.n_trials
             )
             fail_stale_trials(study, grace_s)  # a worker beside us may have died meanwhile
+        if not_compiled:
+            self.notes.append(
+                f"{not_compiled} compiled config(s) the sampler proposed were not run: their "
+                f"eager twin made under {screening.FAR_BELOW:.0%} of the best config"
+            )
         if dup_streak >= MAX_DUPLICATES_IN_A_ROW:
             self.notes.append(
                 f"stopped: the sampler proposed {dup_streak} measured (or predicted over "
@@ -337,6 +349,59 @@ class Tuner:
             self.notes.append(
                 f"all {size} configs of the space are measured or predicted over memory"
             )
+
+    def _screen(
+        self, study: optuna.Study, trials: list[TrialRecord], taken: set[str], done: int
+    ) -> None:
+        """Queue the screening's next move (:mod:`autotune.study.screening`), if any: one
+        knob moved from the best feasible config so far. The plan is made once, when
+        the baseline is measured, and kept in the study; a study whose search began
+        before the screening existed is not screened."""
+        search = self.space.search
+        if not search.screening or search.sampler == "grid":
+            return
+        stored = study.user_attrs.get(screening.ATTR)
+        if stored is None:
+            base = baseline_of(trials)
+            if base is None or any(t.role == SEARCH for t in trials):
+                return
+            profile = screening.Profile.of(base.measurement, self.memory_budget)
+            plan = screening.make_plan(self.space, self.space.baseline, profile)
+            study.set_user_attr(screening.ATTR, plan.to_dict())
+            left = None if self.n_trials is None else max(0, self.n_trials - done)
+            self.reporter.note(screening.describe(plan, left))
+        else:
+            plan = screening.Plan.from_dict(stored)
+        made = {
+            str(t.user_attrs[screening.MOVE])
+            for t in study.get_trials(deepcopy=False)
+            if screening.MOVE in t.user_attrs
+        }
+        best = screening.incumbent(trials, search.min_gain)
+        start = best.config if best is not None else self.space.baseline
+        found = screening.next_move(self.space, plan, start, made, taken)
+        if found is not None:
+            move, config = found
+            study.enqueue_trial(
+                encode(self.space, config),
+                user_attrs={"proposed_by": screening.PROPOSED_BY, screening.MOVE: move.label},
+            )
+
+    def _hopeless(
+        self,
+        trial: optuna.Trial,
+        config: Config,
+        measured: dict[str, TrialRecord],
+        trials: list[TrialRecord],
+    ) -> str | None:
+        """Why a compiled config the sampler proposed is not worth its cold compile
+        (:func:`autotune.study.screening.not_worth_compiling`); queued trials (the
+        baseline, retries, the screening's moves) always run."""
+        if trial.user_attrs.get("role", SEARCH) != SEARCH or trial.user_attrs.get("proposed_by"):
+            return None
+        if "retry_of" in trial.user_attrs:
+            return None
+        return screening.not_worth_compiling(self.space, config, measured, best_of(trials))
 
     def _predicted(
         self, trials: list[TrialRecord], trial: optuna.Trial, config: Config
@@ -726,6 +791,7 @@ class Tuner:
             memory_budget_bytes=self.memory_budget,
             global_batch=self.space.global_batch,
             plan=Plan.of(self.space.trial),
+            screening=study.user_attrs.get(screening.ATTR),
         )
         if result.best is not None:
             path = write_best_config(result, self.out_dir / "best_config.yaml")

@@ -1,0 +1,326 @@
+"""The screening start: after the baseline, one knob moved per trial, big levers first.
+
+A practitioner starts from what the baseline's measurement shows: most token positions
+are padding (layout knobs), the step waits for data (DataLoader knobs), memory is mostly
+free (larger micro-batches) or nearly full (checkpointing). The screening does the same:
+each of its trials moves one searched knob to the value most likely to matter, in an
+order the baseline's :class:`Profile` sets (:data:`RULES`, each a small function that
+fires or not), so every knob's main effect is known early. Each move is made from the
+best feasible config measured so far (the baseline until a move beats it), so a lever
+found early carries into the next moves (:func:`incumbent`); expensive knobs (a cold compile of many
+seconds) come last and are judged on the best layout found so far, never on a config
+that lost. Then the model-based sampler (TPE) continues with the screening as its
+history (:meth:`autotune.study.tuner.Tuner._search`).
+
+The plan is made once, when the baseline is measured, and kept in the study's user attr
+:data:`ATTR` (order, reasons, profile); each screening trial carries its move in the user
+attr ``screen`` (``knob=value``), so a resumed study, or a worker beside it, goes on with
+the moves not yet made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ..config import Config
+from ..errors import AutotuneError
+from ..knobs import KNOBS
+from ..measurement import OK, PRUNED, Measurement
+from ..results import BASELINE, SEARCH, TrialRecord
+from ..space import Space
+from .sampling import like
+
+# The study user attr holding the screening plan (see module docstring).
+ATTR = "screening"
+# The trial user attr naming a screening trial's move, and its proposer.
+MOVE = "screen"
+PROPOSED_BY = "screening"
+
+# Knobs whose first run pays a long one-off cost (a cold compile: 10-45 s on the CPU,
+# more than most trials): screened after every cheap knob, on the best config so far.
+EXPENSIVE = ("compile_mode", "jit")
+# Data-layout knobs of token workloads: how samples become batches.
+LAYOUT = ("length_grouping", "packing", "pad_to_multiple_of")
+# The DataLoader's knobs.
+LOADER = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
+
+# A compiled config proposed by the sampler is not run when its eager twin (the same
+# config without compile) measured below this share of the best: compile rarely doubles
+# a training step's throughput, and its cold compile costs more than a trial.
+FAR_BELOW = 0.5
+
+# A rule fires past these shares of the baseline's measurement.
+PADDING_SHARE = 0.25  # of the token positions of the window's batches
+DATA_SHARE = 0.20  # of the window, waiting for the next batch
+ROOMY_MEMORY = 0.5  # peak below this share of the memory budget: room for larger batches
+TIGHT_MEMORY = 0.8  # peak above it: little headroom, checkpointing first
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What the baseline's run says about where its time and memory go.
+
+    Attributes:
+        padding_share: token positions that were padding (token workloads), or ``None``.
+        data_share: share of the timed window the step waited for its next batch.
+        memory_share: the baseline's peak (the longest batch's, for text) over the
+            study's memory budget; ``None`` without a budget.
+        fixed_share: the run's fixed cost (start, imports, build) over its wall time.
+    """
+
+    padding_share: float | None = None
+    data_share: float | None = None
+    memory_share: float | None = None
+    fixed_share: float | None = None
+
+    @classmethod
+    def of(cls, m: Measurement, memory_budget_bytes: int | None) -> Profile:
+        peaks = [p for p in (m.peak_mem_bytes, m.peak_longest_bytes) if p]
+        memory = max(peaks) / memory_budget_bytes if peaks and memory_budget_bytes else None
+        split = m.time_split()
+        fixed = m.fixed_s / split[1] if split and split[1] and m.fixed_s is not None else None
+        return cls(m.padding_share, m.data_share, memory, fixed)
+
+    def to_dict(self) -> dict[str, float | None]:
+        return {
+            "padding_share": self.padding_share,
+            "data_share": self.data_share,
+            "memory_share": self.memory_share,
+            "fixed_share": self.fixed_share,
+        }
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A rule that fired: these knobs are screened first, for this reason."""
+
+    name: str
+    knobs: tuple[str, ...]
+    reason: str
+
+
+def padding_first(p: Profile) -> Rule | None:
+    if p.padding_share is None or p.padding_share < PADDING_SHARE:
+        return None
+    return Rule(
+        "padding", LAYOUT, f"padding {p.padding_share:.0%} of token positions: layout knobs first"
+    )
+
+
+def data_first(p: Profile) -> Rule | None:
+    if p.data_share is None or p.data_share < DATA_SHARE:
+        return None
+    return Rule(
+        "data",
+        LOADER,
+        f"the step waited for data {p.data_share:.0%} of the window: DataLoader knobs first",
+    )
+
+
+def tight_memory_first(p: Profile) -> Rule | None:
+    if p.memory_share is None or p.memory_share < TIGHT_MEMORY:
+        return None
+    return Rule(
+        "tight-memory",
+        ("gradient_checkpointing",),
+        f"peak memory {p.memory_share:.0%} of the budget: checkpointing first",
+    )
+
+
+def roomy_memory_first(p: Profile) -> Rule | None:
+    if p.memory_share is None or p.memory_share >= ROOMY_MEMORY:
+        return None
+    return Rule(
+        "roomy-memory",
+        ("batch_size",),
+        f"peak memory {p.memory_share:.0%} of the budget: larger micro-batches first",
+    )
+
+
+# In order: the first rule that fires puts its knobs first.
+RULES: tuple[Callable[[Profile], Rule | None], ...] = (
+    padding_first,
+    data_first,
+    tight_memory_first,
+    roomy_memory_first,
+)
+
+
+def fired(profile: Profile) -> list[Rule]:
+    """The rules the profile fires, in :data:`RULES` order."""
+    return [r for rule in RULES if (r := rule(profile)) is not None]
+
+
+def values_to_try(name: str, choices: tuple[Any, ...], current: Any) -> list[Any]:
+    """The values of knob ``name`` a screening tries, away from ``current``: the ones most
+    likely to show its effect.
+
+    Batch size: the largest, then the next size up (more samples per micro-batch is the
+    usual lever); the next size down when none is larger. Other ordinal knobs: the far
+    end of the range (workers 0 -> the most listed). Expensive knobs: their first other
+    value only. Other knobs: each other value, two at most, in listed order.
+    """
+    others = [c for c in choices if c != current]
+    if not others:
+        return []
+    if name == "batch_size":
+        larger = [c for c in choices if c > current]
+        if not larger:
+            return [max(c for c in choices if c < current)]
+        return list(dict.fromkeys([larger[-1], larger[0]]))
+    if KNOBS[name].ordinal:
+        top, bottom = choices[-1], choices[0]
+        return [top if current != top else bottom]
+    return others[:1] if name in EXPENSIVE else others[:2]
+
+
+@dataclass(frozen=True)
+class Move:
+    """One screening trial: knob ``knob`` moved to ``value`` from the best config so far."""
+
+    knob: str
+    value: Any
+
+    @property
+    def label(self) -> str:
+        return f"{self.knob}={self.value}"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The screening's moves in order, and why the first ones come first."""
+
+    moves: tuple[Move, ...]
+    reasons: tuple[str, ...]
+    profile: Profile
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "order": [m.label for m in self.moves],
+            "moves": [[m.knob, m.value] for m in self.moves],
+            "reasons": list(self.reasons),
+            "profile": self.profile.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Plan:
+        return cls(
+            tuple(Move(k, v) for k, v in d.get("moves", [])),
+            tuple(d.get("reasons", [])),
+            Profile(**d.get("profile", {})),
+        )
+
+
+def order(space: Space, rules: Iterable[Rule]) -> list[str]:
+    """The searched knobs in screening order: those of the rules that fired (in rule
+    order), then the other cheap knobs in registry order, then the expensive ones."""
+    searched = [n for n in KNOBS if n in space.searched]
+    first = [k for r in rules for k in r.knobs if k in space.searched]
+    ordered = list(dict.fromkeys(first))
+    ordered += [n for n in searched if n not in ordered and n not in EXPENSIVE]
+    return ordered + [n for n in searched if n not in ordered]
+
+
+def make_plan(space: Space, baseline: Config, profile: Profile) -> Plan:
+    """The screening of ``space`` from ``baseline``: each searched knob moved to each of
+    :func:`values_to_try` (away from its baseline value). A move of a knob that needs
+    another one (prefetch_factor needs workers) waits until the best config so far
+    activates it, and is not made if none does (see :func:`next_move`)."""
+    rules = fired(profile)
+    values = baseline.to_dict()
+    moves = []
+    for name in order(space, rules):
+        for value in values_to_try(name, space.searched[name], values[name]):
+            moves.append(Move(name, value))
+    reasons = [r.reason for r in rules] + (
+        [
+            f"{', '.join(k for k in EXPENSIVE if k in space.searched)} last, on the best config "
+            "so far (a cold compile costs more than a trial)"
+        ]
+        if any(k in space.searched for k in EXPENSIVE)
+        else []
+    )
+    return Plan(tuple(moves), tuple(reasons), profile)
+
+
+def moved(space: Space, config: Config, move: Move) -> Config | None:
+    """``config`` with ``move`` applied, knobs it deactivates folded; ``None`` when the
+    move cannot apply there (the knob is inactive in ``config``, or the result is the
+    same config)."""
+    values = config.to_dict()
+    if KNOBS[move.knob].requires(values) is not None:
+        return None
+    try:
+        out = like(space, {**values, move.knob: move.value})
+    except (AutotuneError, ValueError):  # a combination the space rejects: none to screen
+        return None
+    return None if out.key() == config.key() else out
+
+
+def incumbent(trials: Iterable[TrialRecord], min_gain: float) -> TrialRecord | None:
+    """The config the next move starts from: the baseline, replaced by each later
+    feasible search trial (in trial order) that beats the one before by more than
+    ``min_gain`` (``search.min_gain``): a knob within noise of nothing is not carried
+    into every later move."""
+    best = None
+    for t in trials:
+        if t.role not in (BASELINE, SEARCH) or not t.feasible:
+            continue
+        if best is None or t.value > best.value * (1 + min_gain):
+            best = t
+    return best
+
+
+def next_move(
+    space: Space,
+    plan: Plan,
+    incumbent: Config,
+    made: set[str],
+    taken: set[str],
+) -> tuple[Move, Config] | None:
+    """The first move of ``plan`` not yet ``made`` (labels of screening trials, run or
+    running) whose config from ``incumbent`` (the best feasible config so far) is not
+    ``taken`` (measured, running or skipped), with that config; ``None`` when no move is
+    left that applies to ``incumbent``: the screening is over, unless a better config
+    activates a knob that waits (prefetch_factor when workers win)."""
+    for move in plan.moves:
+        if move.label in made:
+            continue
+        config = moved(space, incumbent, move)
+        if config is not None and config.key() not in taken:
+            return move, config
+    return None
+
+
+def describe(plan: Plan, budget: int | None) -> str:
+    """What the screening will do, for the user before it runs."""
+    n = len(plan.moves)
+    if budget is not None and budget < n:
+        first = ", ".join(m.label for m in plan.moves[:budget])
+        size = f"at most {budget} of its {n} moves fit the budget ({first})"
+    else:
+        size = f"at most {n} trials ({', '.join(m.label for m in plan.moves)})"
+    why = "; ".join(plan.reasons) if plan.reasons else "no rule fired: registry order"
+    return f"screening: one knob moved per trial from the best config so far, {size}; {why}"
+
+
+def not_worth_compiling(
+    space: Space, config: Config, measured: dict[str, TrialRecord], best: TrialRecord | None
+) -> str | None:
+    """Why ``config`` (compiled) is not worth its compile, or ``None``: its eager twin was
+    measured (or pruned) at under :data:`FAR_BELOW` of the ``best`` config's value."""
+    if best is None or (config.compile_mode == "off" and config.jit == "off"):
+        return None
+    try:
+        twin = like(space, {**config.to_dict(), "compile_mode": "off", "jit": "off"})
+    except (AutotuneError, ValueError):
+        return None
+    eager = measured.get(twin.key())
+    if eager is None or eager.status not in (OK, PRUNED) or eager.value >= FAR_BELOW * best.value:
+        return None
+    return (
+        f"its eager twin (#{eager.number}) made {eager.value / best.value:.0%} of the best "
+        f"(#{best.number}): not worth a compile"
+    )

@@ -1,0 +1,313 @@
+"""The screening start: its ordering rules, the values it tries, the incumbent it moves
+from, and a replayed study that screens one knob per trial, then hands over to TPE."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autotune import Config, Measurement, load_space, tune
+from autotune.output.facts import summary_facts
+from autotune.output.report import report_data
+from autotune.results import BASELINE, SEARCH, TrialRecord
+from autotune.study import screening
+from autotune.study.replay import ReplayBackend
+from autotune.study.reporter import Reporter
+from autotune.study.screening import Move, Profile
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# --- the rules: each fires past its threshold, and not below it ------------------------
+
+
+@pytest.mark.parametrize(
+    ("rule", "fires", "quiet", "first_knob", "reason"),
+    [
+        (
+            screening.padding_first,
+            Profile(padding_share=0.72),
+            Profile(padding_share=0.10),
+            "length_grouping",
+            "padding 72% of token positions: layout knobs first",
+        ),
+        (
+            screening.data_first,
+            Profile(data_share=0.60),
+            Profile(data_share=0.05),
+            "num_workers",
+            "the step waited for data 60% of the window: DataLoader knobs first",
+        ),
+        (
+            screening.tight_memory_first,
+            Profile(memory_share=0.90),
+            Profile(memory_share=0.60),
+            "gradient_checkpointing",
+            "peak memory 90% of the budget: checkpointing first",
+        ),
+        (
+            screening.roomy_memory_first,
+            Profile(memory_share=0.10),
+            Profile(memory_share=0.60),
+            "batch_size",
+            "peak memory 10% of the budget: larger micro-batches first",
+        ),
+    ],
+)
+def test_each_rule_fires_past_its_threshold_and_not_below(rule, fires, quiet, first_knob, reason):
+    fired = rule(fires)
+    assert fired is not None and fired.knobs[0] == first_knob and fired.reason == reason
+    assert rule(quiet) is None
+    assert rule(Profile()) is None  # nothing measured: no rule fires
+
+
+def test_a_profile_reads_the_baselines_padding_data_wait_and_memory():
+    m = Measurement(
+        status="ok",
+        padding_share=0.7,
+        data_share=0.3,
+        peak_mem_bytes=100,
+        peak_longest_bytes=300,
+    )
+    p = Profile.of(m, memory_budget_bytes=1000)
+    assert (p.padding_share, p.data_share, p.memory_share) == (0.7, 0.3, 0.3)
+    assert Profile.of(m, memory_budget_bytes=None).memory_share is None
+
+
+# --- the values a move tries -------------------------------------------------------------
+
+
+def test_values_to_try():
+    sizes = (8, 16, 32, 64)
+    assert screening.values_to_try("batch_size", sizes, 16) == [64, 32]
+    assert screening.values_to_try("batch_size", sizes, 32) == [64]
+    assert screening.values_to_try("batch_size", sizes, 64) == [32]  # none larger: next down
+    assert screening.values_to_try("num_workers", (0, 1, 2), 0) == [2]  # the far end
+    assert screening.values_to_try("num_workers", (0, 1, 2), 2) == [0]
+    assert screening.values_to_try("amp_dtype", ("fp32", "bf16", "fp16"), "fp32") == [
+        "bf16",
+        "fp16",
+    ]
+    modes = ("off", "default", "max-autotune")
+    assert screening.values_to_try("compile_mode", modes, "off") == ["default"]  # expensive
+    assert screening.values_to_try("channels_last", (False,), False) == []
+
+
+# --- the plan: rule knobs first, expensive knobs last ---------------------------------
+
+
+def _text_space(write_space):
+    return load_space(
+        write_space("""
+        workload: {workloads}:texts
+        workload_args: {causal_lm: true}
+        knobs:
+          batch_size: [8, 16, 32]
+          num_workers: [0, 1]
+          compile_mode: ["off", default]
+          length_grouping: ["off", grouped]
+          pad_to_multiple_of: [1, 64]
+        baseline: {batch_size: 16}
+        global_batch: 32
+    """)
+    )
+
+
+def test_padding_puts_layout_knobs_first_and_compile_last(write_space):
+    space = _text_space(write_space)
+    plan = screening.make_plan(space, space.baseline, Profile(padding_share=0.7))
+    labels = [m.label for m in plan.moves]
+    assert labels == [
+        "length_grouping=grouped",
+        "pad_to_multiple_of=64",
+        "batch_size=32",
+        "num_workers=1",
+        "compile_mode=default",
+    ]
+    assert plan.reasons[0] == "padding 70% of token positions: layout knobs first"
+    assert "compile_mode last" in plan.reasons[-1]
+    # Without the padding, the layout knobs wait their registry turn; compile stays last.
+    plain = screening.make_plan(space, space.baseline, Profile(padding_share=0.05))
+    assert [m.label for m in plain.moves][0] == "batch_size=32"
+    assert plain.moves[-1].label == "compile_mode=default"
+    assert screening.Plan.from_dict(json.loads(json.dumps(plan.to_dict()))) == plan
+
+
+def test_the_budget_cuts_the_screening_in_its_order(write_space):
+    space = _text_space(write_space)
+    plan = screening.make_plan(space, space.baseline, Profile(padding_share=0.7))
+    text = screening.describe(plan, budget=2)
+    assert "at most 2 of its 5 moves fit the budget (length_grouping=grouped, pad_to" in text
+    assert "padding 70% of token positions" in text
+
+
+# --- where a move starts, and which move is next ---------------------------------------
+
+
+def _record(number: int, value: float, role: str = SEARCH, status: str = "ok", **knobs):
+    config = Config(**knobs)
+    return TrialRecord(number, config, Measurement(status=status), value, role, status)
+
+
+def test_the_incumbent_changes_only_for_a_gain_beyond_min_gain():
+    base = _record(0, 100.0, BASELINE, batch_size=16)
+    noise = _record(1, 102.0, batch_size=16, num_workers=1)  # +2%: within noise
+    lever = _record(2, 300.0, batch_size=64)
+    failed = _record(3, 900.0, status="oom", batch_size=128)
+    assert screening.incumbent([base, noise], 0.03) is base
+    assert screening.incumbent([base, noise, lever, failed], 0.03) is lever
+    assert screening.incumbent([base, noise], 0.0) is noise
+
+
+def test_a_move_of_a_knob_that_needs_another_waits_until_the_incumbent_activates_it(
+    write_space,
+):
+    space = load_space(
+        write_space("""
+        workload: {workloads}:tiny
+        knobs: {num_workers: [0, 2], prefetch_factor: [2, 4], batch_size: [16, 32]}
+        baseline: {batch_size: 16}
+        global_batch: 32
+    """)
+    )
+    plan = screening.make_plan(space, space.baseline, Profile(data_share=0.5))
+    assert [m.label for m in plan.moves] == ["num_workers=2", "prefetch_factor=4", "batch_size=32"]
+    base = space.baseline
+    # From the baseline (no workers) prefetch cannot move: the next move is the batch size.
+    move, config = screening.next_move(space, plan, base, {"num_workers=2"}, set())
+    assert move.label == "batch_size=32" and config.batch_size == 32
+    # Once workers win, prefetch moves from there.
+    workers = space.config_from({"num_workers": 2})
+    move, config = screening.next_move(space, plan, workers, {"num_workers=2"}, set())
+    assert move == Move("prefetch_factor", 4) and config.num_workers == 2
+    assert config.prefetch_factor == 4
+    # A move whose config is measured already is not made again; none left: None.
+    taken = {config.key(), space.config_from({"num_workers": 2, "batch_size": 32}).key()}
+    assert screening.next_move(space, plan, workers, {"num_workers=2"}, taken) is None
+
+
+# --- a replayed study: one knob per trial, then TPE -------------------------------------
+
+
+class _Notes(Reporter):
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+
+    def note(self, message: str) -> None:
+        self.notes.append(message)
+
+
+def test_a_replayed_study_screens_one_knob_per_trial_then_hands_over_to_tpe(tmp_path):
+    table = json.loads((ROOT / "benchmarks/tables/cnn_grid.json").read_text())
+    space = load_space(ROOT / table["space"])
+    search = dataclasses.replace(
+        space.search, sampler="tpe", screening=True, confirm_top=0, prune=False, seed=1
+    )
+    space = dataclasses.replace(space, search=search)
+    storage = f"sqlite:///{tmp_path}/s.db"
+    notes = _Notes()
+    result = tune(
+        space,
+        storage=storage,
+        out_dir=tmp_path,
+        backend=ReplayBackend(table),
+        n_trials=12,
+        reporter=notes,
+    )
+    study = optuna.load_study(study_name=space.study.name, storage=storage)
+    plan = study.user_attrs[screening.ATTR]
+    assert plan["order"] == [
+        "batch_size=128",
+        "batch_size=64",
+        "amp_dtype=bf16",
+        "num_workers=2",
+        "gradient_checkpointing=True",
+    ]
+    assert any(n.startswith("screening: one knob moved per trial") for n in notes.notes)
+
+    trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
+    assert trials[0].user_attrs["role"] == BASELINE
+    screened = [t for t in trials if screening.MOVE in t.user_attrs]
+    # The screening runs right after the baseline, one trial per planned move, in order.
+    assert [t.number for t in screened] == list(range(1, 6))
+    assert [t.user_attrs[screening.MOVE] for t in screened] == plan["order"]
+    records = {t.number: t for t in result.trials}
+    for t in screened:
+        before = [records[n] for n in range(t.number) if n in records]
+        start = screening.incumbent(before, space.search.min_gain)
+        moved = {
+            k
+            for k, v in records[t.number].config.to_dict().items()
+            if v != getattr(start.config, k) and k != "accumulation_steps"
+        }
+        assert moved == {t.user_attrs[screening.MOVE].split("=")[0]}
+    # The sampler takes over with the screening as its history: every screening trial is
+    # complete, with its value and params in the distributions the sampler asks for.
+    rest = [t for t in trials[6:] if t.user_attrs.get("role") == SEARCH]
+    assert rest and not any(screening.MOVE in t.user_attrs for t in rest)
+    tpe = rest[0]
+    for t in screened:
+        assert t.state == optuna.trial.TrialState.COMPLETE and t.value is not None
+        for name, dist in t.distributions.items():
+            assert tpe.distributions.get(name, dist) == dist
+
+    # The summary and report.json say what was screened, why, and what each knob cost.
+    facts = {f.key: f for f in summary_facts(result)}
+    assert facts["screening"].text.startswith("batch_size=128, batch_size=64, amp_dtype=bf16")
+    costs = {c.knob: c for c in result.knob_costs()}
+    assert costs["amp_dtype"].trials >= 1 and costs["amp_dtype"].run_s > 0
+    bf16 = [t for t in result.trials if t.role == SEARCH and t.config.amp_dtype == "bf16"]
+    assert costs["amp_dtype"].trials == len(bf16)
+    assert costs["amp_dtype"].run_s == pytest.approx(
+        sum(
+            t.measurement.time_split()[1] if t.measurement.time_split() else t.measurement.wall_s
+            for t in bf16
+        )
+    )
+    assert "amp_dtype" in facts["knob_time"].text
+    data = report_data(result, {})
+    assert data["screening"]["order"] == plan["order"]
+    assert {row["knob"] for row in data["knob_time"]} == set(costs)
+
+
+def test_no_screening_with_the_grid_sampler_or_when_turned_off(tmp_path):
+    table = json.loads((ROOT / "benchmarks/tables/cnn_grid.json").read_text())
+    space = load_space(ROOT / table["space"])  # sampler: grid
+    for search in (
+        space.search,
+        dataclasses.replace(space.search, sampler="tpe", screening=False, confirm_top=0),
+    ):
+        run = dataclasses.replace(space, search=search)
+        storage = f"sqlite:///{tmp_path}/{search.sampler}.db"
+        tune(run, storage=storage, out_dir=tmp_path, backend=ReplayBackend(table), n_trials=6)
+        study = optuna.load_study(study_name=space.study.name, storage=storage)
+        assert screening.ATTR not in study.user_attrs
+        assert not any(screening.MOVE in t.user_attrs for t in study.trials)
+
+
+def test_a_compile_is_not_spent_on_a_config_whose_eager_twin_lost_far_behind(write_space):
+    space = load_space(
+        write_space("""
+        workload: {workloads}:tiny
+        knobs: {batch_size: [8, 32], compile_mode: ["off", default]}
+        baseline: {batch_size: 8}
+        global_batch: 32
+    """)
+    )
+    slow = _record(1, 40.0, batch_size=8, accumulation_steps=4)
+    best = _record(2, 100.0, batch_size=32)
+    measured = {t.config.key(): t for t in (slow, best)}
+    compiled_slow = space.config_from({"batch_size": 8, "compile_mode": "default"})
+    compiled_best = space.config_from({"batch_size": 32, "compile_mode": "default"})
+    why = screening.not_worth_compiling(space, compiled_slow, measured, best)
+    assert why == "its eager twin (#1) made 40% of the best (#2): not worth a compile"
+    assert screening.not_worth_compiling(space, compiled_best, measured, best) is None
+    assert screening.not_worth_compiling(space, slow.config, measured, best) is None  # eager
+    near = {slow.config.key(): _record(1, 60.0, batch_size=8, accumulation_steps=4)}
+    assert screening.not_worth_compiling(space, compiled_slow, near, best) is None
+    crashed = {slow.config.key(): _record(1, 0.0, status="failed", batch_size=8)}
+    assert screening.not_worth_compiling(space, compiled_slow, crashed, best) is None
