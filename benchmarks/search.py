@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import json
+import os
+import platform
 import statistics
 import sys
 import tempfile
@@ -48,6 +51,11 @@ def record(space_path: Path, out: Path, launcher: str | None = None) -> None:
     table = record_table(study, out)
     table["space"] = str(space_path)
     table["record_wall_s"] = time.monotonic() - start
+    table["recorded"] = {
+        "command": f"python benchmarks/search.py record {space_path}",
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+        "machine": machine_text(),
+    }
     out.write_text(json.dumps(table, indent=1))
     print(
         f"{out}: {len(table['measurements'])} configs in {table['record_wall_s']:.0f} s "
@@ -55,6 +63,23 @@ def record(space_path: Path, out: Path, launcher: str | None = None) -> None:
         f"{result.speedup:.2f}x over baseline; "
         f"{_fixed_text([Measurement.from_dict(r['measurement']) for r in table['measurements']])}"
     )
+
+
+def machine_text() -> str:
+    """This machine in a few words: CPU model, cores, and whether it has bf16 units
+    (bf16 autocast is fast with them, many times slower without)."""
+    model, flags = platform.processor() or "?", ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                model = value.strip()
+            elif key.strip() == "flags":
+                flags = value
+    except OSError:
+        pass
+    bf16 = "avx512_bf16" in flags or "amx_bf16" in flags
+    return f"{model}, {os.cpu_count()} cores, {'with' if bf16 else 'no'} bf16 units"
 
 
 def _fixed_text(measurements: list[Measurement]) -> str:
@@ -110,11 +135,18 @@ def replay(
     tables: list[Path], seeds: int, samplers: list[str], out: Path | None, gp_seeds: int
 ) -> None:
     optuna.logging.set_verbosity(optuna.logging.ERROR)
+    names = ",".join(samplers)
+    command = (
+        f"python benchmarks/search.py replay {' '.join(map(str, tables))} --seeds {seeds}"
+        f"{f' --gp-seeds {gp_seeds}' if gp_seeds != seeds else ''}"
+        f"{f' --samplers {names}' if tuple(samplers) != SAMPLERS else ''}"
+        f"{f' --out {out}' if out else ''}"
+    )
+    today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     lines = [
-        "# Search benchmark (replay)",
-        "",
-        f"`python benchmarks/search.py replay {' '.join(map(str, tables))} --seeds {seeds}"
-        f"{f' --gp-seeds {gp_seeds}' if gp_seeds != seeds else ''}`",
+        BEGIN,
+        f"Replayed {today} with `{command}` (this block is written by that command; the "
+        "tables by `record`, each with its date and machine below).",
         "",
     ]
     for path in tables:
@@ -127,11 +159,14 @@ def replay(
         measured = [m for _, m in backend.rows.values()]
         cvs = [m.step_time_cv for _, m in backend.rows.values() if m.step_time_cv is not None]
         budget = min(max(BUDGETS), n)
+        rec = table.get("recorded", {})
         lines += [
             f"## {path.stem}: {n} configs, grid optimum {opt_config.short()} "
             f"= {optimum:,.1f} {base.unit}/s ({optimum / objective(base, space.trial):.2f}x "
             "the baseline)",
             "",
+            f"Recorded with `{rec.get('command', '?')}` on {rec.get('date', '?')}, "
+            f"{rec.get('machine', '?')}. "
             f"Recording the grid took {table.get('record_wall_s', 0):.0f} s; median step-time "
             f"CV {statistics.median(cvs):.1%}; {_fixed_text(measured)}; the median run "
             f"{statistics.median(m.wall_s for m in measured if m.wall_s):.1f} s, the longest "
@@ -171,10 +206,25 @@ def replay(
             )
             print(lines[-1], flush=True)
         lines.append("")
+    lines.append(END)
     text = "\n".join(lines)
     print(text)
     if out:
-        out.write_text(text + "\n")
+        out.write_text(_spliced(out.read_text() if out.exists() else "", text))
+
+
+# The generated block of docs/benchmarks.md: replay rewrites what lies between these.
+BEGIN = "<!-- search.py replay: begin -->"
+END = "<!-- search.py replay: end -->"
+
+
+def _spliced(document: str, block: str) -> str:
+    """``document`` with its generated block replaced by ``block`` (appended if none)."""
+    if BEGIN in document and END in document:
+        head, _, rest = document.partition(BEGIN)
+        _, _, tail = rest.partition(END)
+        return head + block + tail
+    return (document.rstrip("\n") + "\n\n" if document else "") + block + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

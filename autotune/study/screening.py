@@ -158,7 +158,8 @@ def values_to_try(name: str, choices: tuple[Any, ...], current: Any) -> list[Any
     likely to show its effect.
 
     Batch size: the largest, then the next size up (more samples per micro-batch is the
-    usual lever); the next size down when none is larger. Other ordinal knobs: the far
+    usual lever), then the next size down (on a CPU a smaller micro-batch can stay in
+    cache; with a fixed global batch it only adds accumulation). Other ordinal knobs: the far
     end of the range (workers 0 -> the most listed). Expensive knobs: their first other
     value only. Other knobs: each other value, two at most, in listed order.
     """
@@ -167,9 +168,8 @@ def values_to_try(name: str, choices: tuple[Any, ...], current: Any) -> list[Any
         return []
     if name == "batch_size":
         larger = [c for c in choices if c > current]
-        if not larger:
-            return [max(c for c in choices if c < current)]
-        return list(dict.fromkeys([larger[-1], larger[0]]))
+        smaller = [c for c in choices if c < current]
+        return list(dict.fromkeys([*larger[-1:], *larger[:1], *smaller[-1:]]))
     if KNOBS[name].ordinal:
         top, bottom = choices[-1], choices[0]
         return [top if current != top else bottom]
@@ -178,14 +178,17 @@ def values_to_try(name: str, choices: tuple[Any, ...], current: Any) -> list[Any
 
 @dataclass(frozen=True)
 class Move:
-    """One screening trial: knob ``knob`` moved to ``value`` from the best config so far."""
+    """One screening trial: knob ``knob`` moved to ``value`` from the best config so far
+    (``on`` 0), or from the runner-up (``on`` 1: expensive knobs, whose gain depends on
+    the shape of the work, are tried on both)."""
 
     knob: str
     value: Any
+    on: int = 0
 
     @property
     def label(self) -> str:
-        return f"{self.knob}={self.value}"
+        return f"{self.knob}={self.value}" + (" on the runner-up" if self.on else "")
 
 
 @dataclass(frozen=True)
@@ -199,7 +202,7 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         return {
             "order": [m.label for m in self.moves],
-            "moves": [[m.knob, m.value] for m in self.moves],
+            "moves": [[m.knob, m.value, m.on] for m in self.moves],
             "reasons": list(self.reasons),
             "profile": self.profile.to_dict(),
         }
@@ -207,7 +210,7 @@ class Plan:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Plan:
         return cls(
-            tuple(Move(k, v) for k, v in d.get("moves", [])),
+            tuple(Move(*move) for move in d.get("moves", [])),
             tuple(d.get("reasons", [])),
             Profile(**d.get("profile", {})),
         )
@@ -234,14 +237,15 @@ def make_plan(space: Space, baseline: Config, profile: Profile) -> Plan:
     for name in order(space, rules):
         for value in values_to_try(name, space.searched[name], values[name]):
             moves.append(Move(name, value))
-    reasons = [r.reason for r in rules] + (
-        [
-            f"{', '.join(k for k in EXPENSIVE if k in space.searched)} last, on the best config "
-            "so far (a cold compile costs more than a trial)"
-        ]
-        if any(k in space.searched for k in EXPENSIVE)
-        else []
-    )
+            if name in EXPENSIVE:
+                moves.append(Move(name, value, on=1))
+    reasons = [r.reason for r in rules]
+    expensive = [k for k in EXPENSIVE if k in space.searched]
+    if expensive:
+        reasons.append(
+            f"{', '.join(expensive)} last, on the best config so far and on the runner-up (a "
+            "cold compile costs more than a trial, and its gain depends on the work's shape)"
+        )
     return Plan(tuple(moves), tuple(reasons), profile)
 
 
@@ -265,30 +269,43 @@ def incumbent(trials: Iterable[TrialRecord], min_gain: float) -> TrialRecord | N
     ``min_gain`` (``search.min_gain``): a knob within noise of nothing is not carried
     into every later move."""
     best = None
-    for t in trials:
-        if t.role not in (BASELINE, SEARCH) or not t.feasible:
-            continue
+    for t in _searched(trials):
         if best is None or t.value > best.value * (1 + min_gain):
             best = t
     return best
 
 
+def starts(trials: list[TrialRecord], min_gain: float) -> list[Config]:
+    """Where moves start: the :func:`incumbent`, then the runner-up (the fastest other
+    feasible config); the baseline's config when nothing ran cleanly yet."""
+    best = incumbent(trials, min_gain)
+    if best is None:
+        return []
+    others = [t for t in _searched(trials) if t.config.key() != best.config.key()]
+    second = max(others, key=lambda t: t.value, default=None)
+    return [best.config] + ([second.config] if second is not None else [])
+
+
+def _searched(trials: Iterable[TrialRecord]) -> list[TrialRecord]:
+    return [t for t in trials if t.role in (BASELINE, SEARCH) and t.feasible]
+
+
 def next_move(
     space: Space,
     plan: Plan,
-    incumbent: Config,
+    starts: list[Config],
     made: set[str],
     taken: set[str],
 ) -> tuple[Move, Config] | None:
     """The first move of ``plan`` not yet ``made`` (labels of screening trials, run or
-    running) whose config from ``incumbent`` (the best feasible config so far) is not
-    ``taken`` (measured, running or skipped), with that config; ``None`` when no move is
-    left that applies to ``incumbent``: the screening is over, unless a better config
-    activates a knob that waits (prefetch_factor when workers win)."""
+    running) whose config from its start (``starts``: the incumbent, the runner-up; see
+    :func:`starts`) is not ``taken`` (measured, running or skipped), with that config;
+    ``None`` when no move is left that applies: the screening is over, unless a better
+    config activates a knob that waits (prefetch_factor when workers win)."""
     for move in plan.moves:
-        if move.label in made:
+        if move.label in made or move.on >= len(starts):
             continue
-        config = moved(space, incumbent, move)
+        config = moved(space, starts[move.on], move)
         if config is not None and config.key() not in taken:
             return move, config
     return None

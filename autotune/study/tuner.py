@@ -208,7 +208,8 @@ class Tuner:
     def run(self) -> TuneResult:
         # Storage first: a bad URL or a study from another space fails before any work.
         study = open_study(self.space, self.storage, self.study_name, make_sampler(self.space))
-        if self.space.trial.launcher == FORK:  # it imports torch while the probe is set up
+        # The launcher imports torch while the probe is set up; a replay runs no process.
+        if self.space.trial.launcher == FORK and isinstance(self.backend, SubprocessBackend):
             launcher.prestart(self.out_dir / "launcher.log")
         try:
             self._prepare()
@@ -377,9 +378,8 @@ class Tuner:
             for t in study.get_trials(deepcopy=False)
             if screening.MOVE in t.user_attrs
         }
-        best = screening.incumbent(trials, search.min_gain)
-        start = best.config if best is not None else self.space.baseline
-        found = screening.next_move(self.space, plan, start, made, taken)
+        begin = screening.starts(trials, search.min_gain) or [self.space.baseline]
+        found = screening.next_move(self.space, plan, begin, made, taken)
         if found is not None:
             move, config = found
             study.enqueue_trial(

@@ -83,9 +83,10 @@ def test_a_profile_reads_the_baselines_padding_data_wait_and_memory():
 
 def test_values_to_try():
     sizes = (8, 16, 32, 64)
-    assert screening.values_to_try("batch_size", sizes, 16) == [64, 32]
-    assert screening.values_to_try("batch_size", sizes, 32) == [64]
-    assert screening.values_to_try("batch_size", sizes, 64) == [32]  # none larger: next down
+    assert screening.values_to_try("batch_size", sizes, 16) == [64, 32, 8]  # then next down
+    assert screening.values_to_try("batch_size", sizes, 32) == [64, 16]
+    assert screening.values_to_try("batch_size", sizes, 64) == [32]
+    assert screening.values_to_try("batch_size", sizes, 8) == [64, 16]
     assert screening.values_to_try("num_workers", (0, 1, 2), 0) == [2]  # the far end
     assert screening.values_to_try("num_workers", (0, 1, 2), 2) == [0]
     assert screening.values_to_try("amp_dtype", ("fp32", "bf16", "fp16"), "fp32") == [
@@ -125,15 +126,17 @@ def test_padding_puts_layout_knobs_first_and_compile_last(write_space):
         "length_grouping=grouped",
         "pad_to_multiple_of=64",
         "batch_size=32",
+        "batch_size=8",
         "num_workers=1",
         "compile_mode=default",
+        "compile_mode=default on the runner-up",
     ]
     assert plan.reasons[0] == "padding 70% of token positions: layout knobs first"
-    assert "compile_mode last" in plan.reasons[-1]
+    assert "compile_mode last, on the best config so far and on the runner-up" in plan.reasons[-1]
     # Without the padding, the layout knobs wait their registry turn; compile stays last.
     plain = screening.make_plan(space, space.baseline, Profile(padding_share=0.05))
     assert [m.label for m in plain.moves][0] == "batch_size=32"
-    assert plain.moves[-1].label == "compile_mode=default"
+    assert plain.moves[-2].label == "compile_mode=default"
     assert screening.Plan.from_dict(json.loads(json.dumps(plan.to_dict()))) == plan
 
 
@@ -141,7 +144,7 @@ def test_the_budget_cuts_the_screening_in_its_order(write_space):
     space = _text_space(write_space)
     plan = screening.make_plan(space, space.baseline, Profile(padding_share=0.7))
     text = screening.describe(plan, budget=2)
-    assert "at most 2 of its 5 moves fit the budget (length_grouping=grouped, pad_to" in text
+    assert "at most 2 of its 7 moves fit the budget (length_grouping=grouped, pad_to" in text
     assert "padding 70% of token positions" in text
 
 
@@ -161,6 +164,11 @@ def test_the_incumbent_changes_only_for_a_gain_beyond_min_gain():
     assert screening.incumbent([base, noise], 0.03) is base
     assert screening.incumbent([base, noise, lever, failed], 0.03) is lever
     assert screening.incumbent([base, noise], 0.0) is noise
+    # Moves start from the incumbent, expensive ones also from the runner-up.
+    starts = screening.starts([base, noise, lever, failed], 0.03)
+    assert starts == [lever.config, noise.config]
+    assert screening.starts([base], 0.03) == [base.config]
+    assert screening.starts([failed], 0.03) == []
 
 
 def test_a_move_of_a_knob_that_needs_another_waits_until_the_incumbent_activates_it(
@@ -178,16 +186,16 @@ def test_a_move_of_a_knob_that_needs_another_waits_until_the_incumbent_activates
     assert [m.label for m in plan.moves] == ["num_workers=2", "prefetch_factor=4", "batch_size=32"]
     base = space.baseline
     # From the baseline (no workers) prefetch cannot move: the next move is the batch size.
-    move, config = screening.next_move(space, plan, base, {"num_workers=2"}, set())
+    move, config = screening.next_move(space, plan, [base], {"num_workers=2"}, set())
     assert move.label == "batch_size=32" and config.batch_size == 32
     # Once workers win, prefetch moves from there.
     workers = space.config_from({"num_workers": 2})
-    move, config = screening.next_move(space, plan, workers, {"num_workers=2"}, set())
+    move, config = screening.next_move(space, plan, [workers], {"num_workers=2"}, set())
     assert move == Move("prefetch_factor", 4) and config.num_workers == 2
     assert config.prefetch_factor == 4
     # A move whose config is measured already is not made again; none left: None.
     taken = {config.key(), space.config_from({"num_workers": 2, "batch_size": 32}).key()}
-    assert screening.next_move(space, plan, workers, {"num_workers=2"}, taken) is None
+    assert screening.next_move(space, plan, [workers], {"num_workers=2"}, taken) is None
 
 
 # --- a replayed study: one knob per trial, then TPE -------------------------------------
@@ -223,6 +231,7 @@ def test_a_replayed_study_screens_one_knob_per_trial_then_hands_over_to_tpe(tmp_
     assert plan["order"] == [
         "batch_size=128",
         "batch_size=64",
+        "batch_size=16",
         "amp_dtype=bf16",
         "num_workers=2",
         "gradient_checkpointing=True",
@@ -233,7 +242,7 @@ def test_a_replayed_study_screens_one_knob_per_trial_then_hands_over_to_tpe(tmp_
     assert trials[0].user_attrs["role"] == BASELINE
     screened = [t for t in trials if screening.MOVE in t.user_attrs]
     # The screening runs right after the baseline, one trial per planned move, in order.
-    assert [t.number for t in screened] == list(range(1, 6))
+    assert [t.number for t in screened] == list(range(1, 7))
     assert [t.user_attrs[screening.MOVE] for t in screened] == plan["order"]
     records = {t.number: t for t in result.trials}
     for t in screened:
@@ -247,7 +256,7 @@ def test_a_replayed_study_screens_one_knob_per_trial_then_hands_over_to_tpe(tmp_
         assert moved == {t.user_attrs[screening.MOVE].split("=")[0]}
     # The sampler takes over with the screening as its history: every screening trial is
     # complete, with its value and params in the distributions the sampler asks for.
-    rest = [t for t in trials[6:] if t.user_attrs.get("role") == SEARCH]
+    rest = [t for t in trials[7:] if t.user_attrs.get("role") == SEARCH]
     assert rest and not any(screening.MOVE in t.user_attrs for t in rest)
     tpe = rest[0]
     for t in screened:
@@ -257,7 +266,7 @@ def test_a_replayed_study_screens_one_knob_per_trial_then_hands_over_to_tpe(tmp_
 
     # The summary and report.json say what was screened, why, and what each knob cost.
     facts = {f.key: f for f in summary_facts(result)}
-    assert facts["screening"].text.startswith("batch_size=128, batch_size=64, amp_dtype=bf16")
+    assert facts["screening"].text.startswith("batch_size=128, batch_size=64, batch_size=16,")
     costs = {c.knob: c for c in result.knob_costs()}
     assert costs["amp_dtype"].trials >= 1 and costs["amp_dtype"].run_s > 0
     bf16 = [t for t in result.trials if t.role == SEARCH and t.config.amp_dtype == "bf16"]
