@@ -18,6 +18,7 @@ from ..results import BASELINE, DUPLICATE, REPEAT, SEARCH, TrialRecord, baseline
 from ..space import Space
 from .heartbeat import fail_stale_trials
 from .sampling import encode
+from .scoring import PREDICTED_OVER_MEMORY
 
 RUNNING = optuna.trial.TrialState.RUNNING
 COMPLETE = optuna.trial.TrialState.COMPLETE
@@ -54,6 +55,16 @@ def held(study: optuna.Study, key: str, other_than: int | None = None) -> bool:
         and config_key(t) == key
         for t in study.get_trials(deepcopy=False, states=(RUNNING, COMPLETE))
     )
+
+
+def measured(trials: list[TrialRecord]) -> dict[str, TrialRecord]:
+    """Each config's first measured run, by config key: not a duplicate or repeat, and not
+    a config skipped as predicted over memory (never measured)."""
+    return {
+        t.config.key(): t
+        for t in trials
+        if t.role not in (DUPLICATE, REPEAT) and t.status != PREDICTED_OVER_MEMORY
+    }
 
 
 def running_roles(study: optuna.Study) -> list[str]:

@@ -91,16 +91,6 @@ def layout_of(config: Config, baseline: Config) -> dict[str, Any]:
     }
 
 
-def _measured(trials: list[TrialRecord]) -> dict[str, TrialRecord]:
-    """Each config's first measured run, by config key: not a duplicate or repeat, and not
-    a config skipped as predicted over memory (never measured)."""
-    return {
-        t.config.key(): t
-        for t in trials
-        if t.role not in (DUPLICATE, REPEAT) and t.status != scoring.PREDICTED_OVER_MEMORY
-    }
-
-
 def reference_failure(config: Config, m: Measurement) -> str:
     """Why the study cannot start when its fp32 reference run failed, and the fix: only
     a numerics problem of fp32 itself is one that turning the accuracy guard off answers."""
@@ -255,7 +245,7 @@ class Tuner:
                 for t in trials
                 if t.status == scoring.PREDICTED_OVER_MEMORY and t.role == SEARCH
             }
-            measured = _measured(trials)
+            measured = coordination.measured(trials)
             running = running_keys(study)
             # Configs the confirmation measured (ablations) do not spend the budget.
             searched = {k for k, t in measured.items() if t.role != CONFIRM}
@@ -565,7 +555,7 @@ class Tuner:
         first = confirm.first_round(conf, plan, rounds, used)
         study.set_user_attr("confirmation", conf)
         done = {(t.round, t.config.key()) for t in trials if t.round is not None}
-        originals = _measured(trials)
+        originals = coordination.measured(trials)
         for index in range(rounds):
             number = first + index
             for config in confirm.rotated(plan, index):
