@@ -27,7 +27,6 @@ from ..results import (
     BASELINE,
     CONFIRM,
     DUPLICATE,
-    REPEAT,
     SEARCH,
     TrialRecord,
     TuneResult,
@@ -39,8 +38,9 @@ from ..results import (
 )
 from ..space import Space
 from ..space_file import load_space
-from . import confirm, coordination, launcher, scoring, screening
+from . import coordination, launcher, scoring, screening
 from .backend import SubprocessBackend, TrialBackend
+from .confirm import Confirmation
 from .coordination import claim, held, running_keys, running_roles, waiting_roles
 from .heartbeat import Heartbeat, fail_stale_trials
 from .launcher import FORK
@@ -430,164 +430,20 @@ class Tuner:
         return self._tell(study, trial, config, m, role, duplicate_of=duplicate_of, verdict=verdict)
 
     def _confirm(self, study: optuna.Study) -> None:
-        """Paired, rotated rounds after the search (see :mod:`autotune.study.confirm`):
-        rank the finalists, ablate the winner's knobs, measure the reduced config.
+        """The confirmation after the search (:class:`~autotune.study.confirm.Confirmation`).
 
         Only the first worker confirms: paired rounds need the machine to themselves.
         """
-        search = self.space.search
-        if search.confirm_top == 0 or search.confirm_rounds == 0 or self.worker_index:
-            return
-        self._drop_orphan_runs(study)
-        summary = summarize(records(study))
-        by_number = {t.number: t for t in summary}
-        conf = dict(study.user_attrs.get("confirmation", {}))
-        # What the confirmation decided is pinned, so that a resumed confirmation goes on
-        # with the same plans: the runs it already made move the medians, and ranking
-        # again would start other plans (leaving the first unfinished). New search
-        # results (a larger budget) unpin it.
-        searched = sum(t.role in (BASELINE, SEARCH) for t in summary)
-        pins = conf.get("pins", {})
-        if pins.get("searched") != searched or not all(n in by_number for n in pins["top"]):
-            ranking = [t for t in ranked(summary) if t.role != BASELINE][: search.confirm_top]
-            pins = {"searched": searched, "top": [t.number for t in ranking]}
-        conf["pins"] = pins
-        top = [by_number[n] for n in pins["top"]]
-        if not top:
-            return
-        base = next((t for t in summary if t.role == BASELINE), None)
-        anchor = [base.config] if base is not None and base.feasible else []
-        conf["finalists"] = sorted({*conf.get("finalists", []), *(t.number for t in top)})
-        plan = [*anchor, *(t.config for t in top)]
-        plan += self._ablations(conf, top[0])
-        study.set_user_attr("confirmation", conf)
-        if not self._rounds(study, conf, plan):
-            return
-        winner = self._pinned(study, conf, "crowned")
-        if winner is None or winner.role == BASELINE or not search.ablate:
-            return
-        if str(winner.number) not in conf["ablations"]:  # the rounds crowned another config
-            missing = self._unpaired(study, winner, self._ablations(conf, winner))
-            study.set_user_attr("confirmation", conf)
-            if missing and not self._rounds(study, conf, [*anchor, winner.config, *missing]):
-                return
-        # The rounds of the new winner's ablations may crown another config again: the
-        # one whose contributions are read, and which is reduced, is the final winner.
-        winner = self._pinned(study, conf, "final")
-        if winner is None or winner.role == BASELINE:
-            return
-        result = self._confirmed(study, conf)  # its winner is the pinned one
-        dropped = [c.knob for c in result.contributions if not c.kept]
-        if not dropped or str(winner.number) in conf.setdefault("reduced", {}):
-            return
-        if len(dropped) == 1:  # its ablation, measured in the same rounds, is the reduced config
-            key = conf["ablations"][str(winner.number)][dropped[0]]
-            conf["reduced"][str(winner.number)] = {"knobs": dropped, "key": key}
-            study.set_user_attr("confirmation", conf)
-            return
-        config = confirm.reduced(self.space, winner.config, self.space.baseline, dropped)
-        conf["reduced"][str(winner.number)] = {"knobs": dropped, "key": config.key()}
-        study.set_user_attr("confirmation", conf)
-        self._rounds(study, conf, [*anchor, winner.config, config])
-
-    def _pinned(self, study: optuna.Study, conf: dict[str, Any], pin: str) -> TrialRecord | None:
-        """The winner of the rounds so far, pinned in ``conf["pins"][pin]`` the first time
-        (a resumed confirmation reads it back, whatever its own runs did to the medians)."""
-        pins = conf["pins"]
-        if pin not in pins:
-            winner = self._confirmed(study, conf).winner
-            pins[pin] = winner.number if winner is not None else None
-            study.set_user_attr("confirmation", conf)
-        number = pins[pin]
-        return next((t for t in summarize(records(study)) if t.number == number), None)
-
-    @staticmethod
-    def _drop_orphan_runs(study: optuna.Study) -> None:
-        """Fail the queued runs of a confirmation round that nobody took (a driver killed
-        between queueing a run and taking it): the rounds make their missing runs
-        themselves, and a queued one would hold them back (they wait for the queue)."""
-        while True:
-            waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
-            first = min(waiting, key=lambda t: t.number, default=None)
-            if first is None or first.user_attrs.get("round") is None:
-                return
-            trial = study.ask()  # the oldest queued trial: that one
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
-
-    def _ablations(self, conf: dict[str, Any], winner: TrialRecord) -> list[Config]:
-        """The ablations of ``winner`` (none without ``search.ablate``), noted in ``conf``."""
-        conf.setdefault("ablations", {})
-        if not self.space.search.ablate or winner.role == BASELINE:
-            return []
-        configs, notes = confirm.ablations(self.space, winner.config, self.space.baseline)
-        conf["ablations"][str(winner.number)] = {k: c.key() for k, c in configs.items()}
-        self.notes += [n for n in notes if n not in self.notes]
-        return list(configs.values())
-
-    @staticmethod
-    def _unpaired(study: optuna.Study, winner: TrialRecord, configs: list[Config]) -> list[Config]:
-        """The ``configs`` that ran in no confirmation round with ``winner`` (an ablation
-        of a new winner is often measured already: the baseline, another finalist)."""
-        rounds: dict[str, set[int]] = {}
-        for t in records(study):
-            if t.round is not None:
-                rounds.setdefault(t.config.key(), set()).add(t.round)
-        ours = rounds.get(winner.config.key(), set())
-        return [c for c in configs if not rounds.get(c.key(), set()) & ours]
-
-    def _confirmed(self, study: optuna.Study, conf: dict[str, Any]) -> TuneResult:
-        return TuneResult.from_trials(
-            self.study_name,
-            self.storage,
-            records(study),
-            confirmation=conf,
-            min_gain=self.space.search.min_gain,
-        )
-
-    def _rounds(self, study: optuna.Study, conf: dict[str, Any], plan: list[Config]) -> bool:
-        """Run ``plan`` in ``search.confirm_rounds`` paired rounds, each in a rotated order;
-        runs an interrupted confirmation already made are not made again. False when the
-        rounds were cut short (queued trials of another worker come first)."""
-        plan = confirm.unique(plan)
-        trials = records(study)
-        used = max((t.round for t in trials if t.round is not None), default=-1)
-        rounds = self.space.search.confirm_rounds
-        first = confirm.first_round(conf, plan, rounds, used)
-        study.set_user_attr("confirmation", conf)
-        done = {(t.round, t.config.key()) for t in trials if t.round is not None}
-        originals = coordination.measured(trials)
-        for index in range(rounds):
-            number = first + index
-            for config in confirm.rotated(plan, index):
-                if (number, config.key()) in done:
-                    continue
-                if waiting_roles(study):
-                    self.notes.append("confirmation cut short: other trials are queued")
-                    return False
-                original = originals.get(config.key())
-                role = REPEAT if original is not None else CONFIRM
-                attrs: dict[str, Any] = {"role": role, "round": number}
-                if original is not None:
-                    attrs["repeat_of"] = original.number
-                study.enqueue_trial(encode(self.space, config), user_attrs=attrs)
-                trial = study.ask()
-                sample(self.space, trial)
-                m = self._run(study, trial, config)
-                record = self._tell(
-                    study,
-                    trial,
-                    config,
-                    m,
-                    role,
-                    repeat_of=original.number if original is not None else None,
-                    round_=number,
-                    cold_compile_s=original.measurement.compile_s if original else None,
-                )
-                if original is None:
-                    originals[config.key()] = record
-                every = records(study)
-                self.reporter.trial(record, best_of(every), baseline_of(every), 0, None)
-        return True
+        if not self.worker_index:
+            Confirmation(
+                self.space,
+                self.study_name,
+                self.storage,
+                self.notes,
+                self.reporter,
+                run=self._run,
+                tell=self._tell,
+            ).confirm(study)
 
     def _reference(self, study: optuna.Study, trials: list[TrialRecord]) -> list[float] | None:
         """The fp32, no-compile loss trajectory trials are compared against.
