@@ -2,9 +2,11 @@
 
 The baseline (the space's defaults) is always trial 0, so every result is a speedup over
 it. A rerun with the same storage and study name resumes: finished trials are kept and the
-budget is filled up, never restarted. After the budget, the confirmation
-(:mod:`autotune.study.confirm`) measures the baseline and the top configs in paired rounds,
-ablates the winner's knobs and recommends the simplest config within noise of it.
+budget is filled up, never restarted. Before the search, the fp32 reference that the
+accuracy guard judges trials against is read back or run (:mod:`autotune.study.reference`).
+After the budget, the confirmation (:mod:`autotune.study.confirm`) measures the baseline and
+the top configs in paired rounds, ablates the winner's knobs and recommends the simplest
+config within noise of it.
 """
 
 from __future__ import annotations
@@ -18,13 +20,12 @@ from typing import Any
 
 import optuna
 
-from ..config import Config, resolve_inactive
-from ..errors import ArgumentError, SpaceError, WorkloadError, make_folder
+from ..config import Config
+from ..errors import ArgumentError, SpaceError, make_folder
 from ..knobs import Capabilities
-from ..measurement import NAN, OOM, TIMEOUT, Measurement
+from ..measurement import Measurement
 from ..planned import Plan
 from ..results import (
-    BASELINE,
     CONFIRM,
     DUPLICATE,
     SEARCH,
@@ -41,10 +42,11 @@ from ..space_file import load_space
 from . import coordination, launcher, scoring, screening
 from .backend import SubprocessBackend, TrialBackend
 from .confirm import Confirmation
-from .coordination import claim, held, running_keys, running_roles, waiting_roles
+from .coordination import claim, running_keys, waiting_roles
 from .heartbeat import Heartbeat, fail_stale_trials
 from .launcher import FORK
 from .memory import MemoryModel, Prediction
+from .reference import References
 from .reporter import Reporter
 from .sampling import encode, every_config, make_sampler, sample, unmeasured
 from .storage import open_study, records
@@ -54,69 +56,6 @@ from .storage import open_study, records
 # counts as such a proposal: it spends no budget (it costs nothing), so without the
 # streak a sampler stuck in an over-memory region would loop.
 MAX_DUPLICATES_IN_A_ROW = 30
-
-
-# Knobs that change which samples share an optimizer step: a trial that sets one is
-# judged against an fp32 reference of the same data layout.
-LAYOUT_KNOBS = ("packing", "length_grouping")
-
-
-def reference_config(
-    baseline: Config, layout: dict[str, Any] | None = None, single: bool = True
-) -> Config:
-    """The baseline with plain fp32 eager numerics: the accuracy guard's yardstick.
-
-    Reduced-precision matmuls and compilers are off; knobs that only apply with them
-    (compile_fullgraph...) go back to their defaults. ``layout`` sets data-layout knobs
-    (:data:`LAYOUT_KNOBS`) of the trial to compare. With ``single``, a multi-process
-    (DDP/FSDP) baseline becomes one process accumulating the same global batch: its ranks
-    split one sample stream, so the one process sees the same samples per step.
-    """
-    plain = {
-        "amp_dtype": "fp32",
-        "matmul_precision": "highest",
-        "compile_mode": "off",
-        "jit": "off",
-    }
-    if single and baseline.world_size > 1:
-        plain["world_size"] = 1
-        plain["accumulation_steps"] = baseline.accumulation_steps * baseline.world_size
-    return Config(**resolve_inactive({**baseline.to_dict(), **plain, **(layout or {})}))
-
-
-def layout_of(config: Config, baseline: Config) -> dict[str, Any]:
-    """The data-layout knobs where ``config`` differs from the baseline."""
-    return {
-        k: getattr(config, k) for k in LAYOUT_KNOBS if getattr(config, k) != getattr(baseline, k)
-    }
-
-
-def reference_failure(config: Config, m: Measurement) -> str:
-    """Why the study cannot start when its fp32 reference run failed, and the fix: only
-    a numerics problem of fp32 itself is one that turning the accuracy guard off answers."""
-    what = f"the fp32 reference run ({config.short()})"
-    if m.status == NAN:
-        return (
-            f"{what} went non-finite ({m.reason}): the workload diverges in fp32 itself "
-            "(its learning rate, its loss); fix it, or set limits.accuracy: off to search "
-            "without the accuracy guard"
-        )
-    if m.status == OOM:
-        return (
-            f"{what} ran out of memory ({m.reason}): the accuracy guard needs one fp32 run "
-            "of the baseline; give the baseline a smaller batch_size, or set "
-            "limits.accuracy: off"
-        )
-    if m.status == TIMEOUT:
-        return (
-            f"{what} did not finish: {m.reason}; fix the workload where it hangs, or raise "
-            "trial.timeout_s if it is only slow"
-        )
-    return (
-        f"{what} failed: {m.reason}; the workload does not train (a bug in it, not a "
-        "numerics problem): fix it (`autotune validate SPACE` runs one step of it and "
-        "names the field at fault)"
-    )
 
 
 class Tuner:
@@ -157,7 +96,7 @@ class Tuner:
         self.out_dir = make_folder(Path(out_dir or space.output_dir) / self.study_name, "out")
         self.reporter = reporter or Reporter()
         self.backend = backend or SubprocessBackend()
-        self.reference: list[float] | None = None
+        self.references: References | None = None  # made by run() once _prepare is done
         self.memory_budget: int | None = None
         self.environment: dict[str, Any] = {}
         self.capabilities: dict[str, Any] = {}
@@ -213,7 +152,17 @@ class Tuner:
                 )
             trials = records(study)
             coordination.queue_baseline(study, self.space, trials)
-            self.reference = self._reference(study, trials)
+            self.references = References(
+                self.space,
+                self.backend,
+                self.out_dir,
+                self.reporter,
+                worker_index=self.worker_index,
+                n_trials=self.n_trials,
+                run=self._run,
+                tell=self._tell,
+            )
+            self.references.study_reference(study, trials)
             self._search(study)
             self._confirm(study)
         finally:  # a tune() call leaves no process behind, not even the idle launcher
@@ -445,96 +394,6 @@ class Tuner:
                 tell=self._tell,
             ).confirm(study)
 
-    def _reference(self, study: optuna.Study, trials: list[TrialRecord]) -> list[float] | None:
-        """The fp32, no-compile loss trajectory trials are compared against.
-
-        Run once per study and kept in its user attrs, so a resumed study reuses it. When
-        the baseline itself is fp32 without compile, the baseline trial is the reference.
-        """
-        if not self.space.limits.accuracy.enabled:
-            return None
-        stored = study.user_attrs.get("reference")
-        if stored is not None:
-            return [float(x) for x in stored["losses"]]
-        config = reference_config(self.space.baseline)
-        if config == self.space.baseline and BASELINE in running_roles(study):
-            # another worker runs the baseline
-            stored = coordination.wait_for_reference(
-                study,
-                timeout_s=self.space.trial.timeout_s + 30,
-                grace_s=3 * self.space.study.heartbeat_s,
-                note=self.reporter.note,
-            )
-            if stored is not None:
-                return stored
-        baseline = baseline_of(trials)
-        if config == self.space.baseline and baseline is not None:
-            m = baseline.measurement
-        elif config == self.space.baseline and waiting_roles(study)[:1] == [BASELINE]:
-            # Run the enqueued baseline trial now; it is judged against its own losses.
-            trial = study.ask()
-            if trial.user_attrs.get("role") != BASELINE:  # another worker took it first
-                study.tell(trial, state=optuna.trial.TrialState.FAIL)
-                return self._reference(study, records(study))
-            sample(self.space, trial)  # takes the enqueued baseline params
-            if not claim(study, trial, config.key()):  # a second queued baseline: drop it
-                study.tell(trial, state=optuna.trial.TrialState.FAIL)
-                # Both claimants may have backed off: after a random pause (so that two
-                # workers fall out of step), queue it again if nobody measures it.
-                time.sleep(random.uniform(0.1, 1.0))
-                trials = records(study)
-                if not held(study, config.key()):
-                    coordination.queue_baseline(study, self.space, trials)
-                return self._reference(study, trials)
-            m = self._run(study, trial, config)
-            record = self._tell(
-                study, trial, config, m, BASELINE, reference=m.losses if m.ok else None
-            )
-            trials.append(record)
-            self.reporter.trial(record, best_of(trials), record, 1, self.n_trials)
-        else:
-            self.reporter.note(
-                f"running the fp32 reference ({config.short()}) for the accuracy guard"
-            )
-            folder = "reference" if not self.worker_index else f"reference-{self.worker_index}"
-            m = self.backend.run_trial(self.space, config, self.out_dir / folder)
-            ranks = reference_config(self.space.baseline, single=False)
-            if m.status == OOM and ranks != config:  # one process cannot hold the model
-                self.reporter.note(
-                    f"the single-process fp32 reference ran out of memory ({m.reason}); "
-                    f"the reference is the baseline's processes in fp32 ({ranks.short()})"
-                )
-                config = ranks
-                m = self.backend.run_trial(self.space, config, self.out_dir / f"{folder}-ranks")
-        if not m.ok:
-            raise WorkloadError(reference_failure(config, m))
-        study.set_user_attr("reference", {"config": config.to_dict(), "losses": m.losses})
-        return m.losses
-
-    def _reference_for(self, study: optuna.Study, config: Config) -> list[float] | None:
-        """The reference trajectory ``config`` is judged against: the study's, or for a
-        config with another data layout (``length_grouping``) an fp32 run of that layout,
-        run once and kept in the study (``reference:<layout>``)."""
-        layout = layout_of(config, self.space.baseline)
-        if not layout or not self.space.limits.accuracy.enabled:
-            return self.reference
-        name = ",".join(f"{k}={v}" for k, v in sorted(layout.items()))
-        stored = study.user_attrs.get(f"reference:{name}")
-        if stored is not None:
-            return [float(x) for x in stored["losses"]]
-        ref = reference_config(self.space.baseline, layout)
-        self.reporter.note(f"running the fp32 reference of layout {name} ({ref.short()})")
-        folder = self.out_dir / f"reference-{name.replace('=', '-').replace(',', '_')}"
-        m = self.backend.run_trial(self.space, ref, folder)
-        if not m.ok:
-            self.reporter.note(
-                f"the fp32 reference of layout {name} did not train cleanly ({m.status}: "
-                f"{m.reason}); trials of that layout are judged against the study's reference"
-            )
-            return self.reference
-        study.set_user_attr(f"reference:{name}", {"config": ref.to_dict(), "losses": m.losses})
-        return m.losses
-
     def _run(
         self,
         study: optuna.Study,
@@ -581,10 +440,11 @@ class Tuner:
         cold-cache compile time, charged (with a planned length) to a warm-cache run.
         """
         if verdict is None:
+            assert self.references is not None
             verdict = scoring.judge(
                 m,
                 self.space,
-                reference=reference or self._reference_for(study, config),
+                reference=reference or self.references.for_config(study, config),
                 memory_budget_bytes=self.memory_budget,
             )
         value = scoring.objective(m, self.space.trial, cold_compile_s)

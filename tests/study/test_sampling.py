@@ -17,6 +17,7 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 
 from autotune import Config
 from autotune.space_file import load_space, parse_space
+from autotune.study.reference import reference_config
 from autotune.study.sampling import (
     ENCODING,
     INDEXES,
@@ -32,7 +33,6 @@ from autotune.study.sampling import (
 from autotune.study.sampling import encode as _encode
 from autotune.study.sampling import sample as _sample
 from autotune.study.storage import open_study
-from autotune.study.tuner import reference_config
 
 
 def test_sampled_configs_are_valid_and_inactive_knobs_are_not_params():
