@@ -15,6 +15,7 @@ import argparse
 import dataclasses
 import datetime
 import json
+import math
 import os
 import platform
 import statistics
@@ -131,6 +132,13 @@ def _median(xs):
     return statistics.median(xs) if xs else None
 
 
+def _median_reached(xs: list[float | None]) -> float | None:
+    """The median over every seed, a seed that never got there counting as never
+    (``None`` when that is at least half the seeds: the table prints "-")."""
+    value = statistics.median([math.inf if x is None else x for x in xs])
+    return None if math.isinf(value) else value
+
+
 def replay(
     tables: list[Path], seeds: int, samplers: list[str], out: Path | None, gp_seeds: int
 ) -> None:
@@ -146,7 +154,9 @@ def replay(
     lines = [
         BEGIN,
         f"Replayed {today} with `{command}` (this block is written by that command; the "
-        "tables by `record`, each with its date and machine below).",
+        "tables by `record`, each with its date and machine below). Each strategy runs "
+        f"{max(BUDGETS)} trials per seed; trials and wall s to 95% are medians over every "
+        'seed, a seed that never got there counting as never ("-": half the seeds or more).',
         "",
     ]
     for path in tables:
@@ -191,9 +201,9 @@ def replay(
                 ]
                 for share in (0.95, 0.99)
             }
-            trials95 = _median([i + 1 if i is not None else None for i in first[0.95]])
-            trials99 = _median([i + 1 if i is not None else None for i in first[0.99]])
-            wall95 = _median(
+            trials95 = _median_reached([i + 1 if i is not None else None for i in first[0.95]])
+            trials99 = _median_reached([i + 1 if i is not None else None for i in first[0.99]])
+            wall95 = _median_reached(
                 [
                     w[i] if i is not None else None
                     for (v, w), i in zip(runs, first[0.95], strict=True)

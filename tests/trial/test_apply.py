@@ -421,3 +421,27 @@ def test_checkpoint_every_checkpoints_every_kth_block():
 def test_num_threads_sets_torch_threads(torch_globals):
     _applied(num_threads=1)
     assert torch.get_num_threads() == 1
+
+
+def test_a_trial_measures_the_share_of_its_window_spent_waiting_for_data(write_space, tmp_path):
+    """``data_share`` (the screening's data rule reads it): a loader that sleeps 30 ms per
+    batch holds the step most of the window; a compute-heavy step waits little."""
+    from autotune import load_space
+    from autotune.study.runner import run_trial
+
+    def measure(text: str, name: str):
+        space = load_space(write_space(text, f"{name}.yaml"))
+        m = run_trial(space, Config(batch_size=32), tmp_path / name)
+        assert m.ok, m.reason
+        return m.data_share
+
+    slow = measure(
+        "workload: {workloads}:data_bound\nworkload_args: {seconds: 0.03}\n"
+        "trial: {warmup_steps: 1, measured_steps: 4}\n",
+        "slow",
+    )
+    busy = measure(
+        "workload: {workloads}:wide\ntrial: {warmup_steps: 1, measured_steps: 4}\n", "busy"
+    )
+    assert slow > 0.6
+    assert busy < 0.2
