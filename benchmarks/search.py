@@ -27,10 +27,13 @@ from pathlib import Path
 import optuna
 
 from autotune import load_space, tune
+from autotune.config import Config
 from autotune.measurement import Measurement, fixed_cost
 from autotune.space import LAUNCHERS
 from autotune.study.replay import ReplayBackend, record_table
+from autotune.study.sampling import encode, make_sampler
 from autotune.study.scoring import judge, objective
+from autotune.study.storage import open_study
 
 # "tpe" is the sampler alone (as before the screening); "screen+tpe" the default search:
 # the screening start (autotune.study.screening), then TPE.
@@ -81,6 +84,41 @@ def machine_text() -> str:
         pass
     bf16 = "avx512_bf16" in flags or "amx_bf16" in flags
     return f"{model}, {os.cpu_count()} cores, {'with' if bf16 else 'no'} bf16 units"
+
+
+def remeasure(table_path: Path, keys: list[str], why: str) -> None:
+    """Measure the configs ``keys`` of a recorded table again, in one fresh study on this
+    (idle) machine, and replace their rows: for runs that something else on the machine
+    disturbed while the grid recorded. The table lists what was measured again and why."""
+    table = json.loads(table_path.read_text())
+    space = load_space(table["space"])
+    rows = {Config.from_dict(r["config"]).key(): r for r in table["measurements"]}
+    configs = [Config.from_dict(rows[k]["config"]) for k in keys]
+    folder = Path(tempfile.mkdtemp())
+    storage = f"sqlite:///{folder / 'remeasure.db'}"
+    study = open_study(space, storage, space.study.name, make_sampler(space))
+    for config in configs:
+        study.enqueue_trial(encode(space, config))
+    tune(space, storage=storage, out_dir=folder / "runs", n_trials=len(configs) + 1)
+    fresh = record_table(
+        optuna.load_study(study_name=space.study.name, storage=storage), folder / "t"
+    )
+    again = {Config.from_dict(r["config"]).key(): r for r in fresh["measurements"]}
+    for key in keys:
+        before = Measurement.from_dict(rows[key]["measurement"]).rate
+        rows[key] = again[key]
+        after = Measurement.from_dict(again[key]["measurement"]).rate
+        print(f"{key}: {before or 0:,.0f} -> {after or 0:,.0f}")
+    table["measurements"] = list(rows.values())
+    table.setdefault("remeasured", []).append(
+        {
+            "configs": len(keys),
+            "why": why,
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+            "command": f"python benchmarks/search.py remeasure {table_path} KEYS --why ...",
+        }
+    )
+    table_path.write_text(json.dumps(table, indent=1))
 
 
 def _fixed_text(measurements: list[Measurement]) -> str:
@@ -250,8 +288,14 @@ def main(argv: list[str] | None = None) -> int:
     rp.add_argument("--gp-seeds", type=int, help="seeds for gp (default: --seeds)")
     rp.add_argument("--samplers", default=",".join(SAMPLERS))
     rp.add_argument("--out", type=Path)
+    rm = sub.add_parser("remeasure", help="measure some configs of a table again")
+    rm.add_argument("table", type=Path)
+    rm.add_argument("keys", type=Path, help="a file of config keys, one per line")
+    rm.add_argument("--why", required=True, help="what disturbed their first runs")
     args = p.parse_args(argv)
-    if args.command == "record":
+    if args.command == "remeasure":
+        remeasure(args.table, args.keys.read_text().split(), args.why)
+    elif args.command == "record":
         out = args.out or Path("benchmarks/tables") / f"{args.space.stem}.json"
         record(args.space, out, args.launcher)
     else:
