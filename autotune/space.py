@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import Config, resolve_inactive
+from .credentials import resolve_storage
 from .errors import SpaceError
 from .host import system_memory_bytes
 from .knobs import KNOBS, Capabilities, show
@@ -108,9 +109,19 @@ class Budget:
 
 @dataclass(frozen=True)
 class StudySettings:
+    """Attributes:
+    name: the study's name.
+    storage: the Optuna storage URL written in the space file.
+    storage_env: the environment variable holding the storage URL instead, when the
+        file says ``storage: {env: NAME}`` (read when the storage is used, see
+        :meth:`Space.storage_url`).
+    heartbeat_s: a running trial not heard of for 3x this is failed and re-queued.
+    """
+
     name: str = "autotune"
     storage: str = "sqlite:///autotune.db"
-    heartbeat_s: float = 10.0  # a running trial not heard of for 3x this is failed, re-queued
+    storage_env: str | None = None
+    heartbeat_s: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -251,6 +262,17 @@ class Space:
         return {
             name: self.knobs.get(name, (value,)) for name, value in self.baseline.to_dict().items()
         }
+
+    def storage_url(self, explicit: str | None = None) -> str:
+        """The storage URL in effect: ``explicit`` (``--storage``), else
+        ``$AUTOTUNE_STORAGE``, else the space file's ``study.storage`` (see
+        :func:`autotune.credentials.resolve_storage`).
+
+        Raises:
+            StorageError: ``study.storage`` names an environment variable that is not set.
+        """
+        study = self.study
+        return resolve_storage(explicit, study.storage, study.storage_env, self.source)
 
     def fingerprint(self) -> str:
         """A hash of what makes measurements comparable (not the budget or storage).

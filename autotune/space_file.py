@@ -194,6 +194,24 @@ def _string(value: Any) -> str | None:
     )
 
 
+def _storage_env(raw: Mapping[str, Any], problems: list[str]) -> str | None:
+    """``study.storage: {env: NAME}``: the environment variable holding the storage URL."""
+    if set(raw) != {"env"}:
+        keys = ", ".join(map(str, raw)) or "none"
+        problems.append(
+            "study.storage: must be a storage URL or {env: VARIABLE} (the environment "
+            f"variable holding the URL) but got a mapping with keys {keys}"
+        )
+        return None
+    name = raw["env"]
+    if not isinstance(name, str) or not name.strip():
+        problems.append(
+            f"study.storage.env: must be the name of an environment variable but got {name!r}"
+        )
+        return None
+    return name.strip()
+
+
 def _parse_knobs(raw: Any, problems: list[str]) -> dict[str, tuple[Any, ...]]:
     if raw is None:
         return {}
@@ -421,15 +439,23 @@ def parse_space(data: Any, *, source: str = "<space>", base_dir: Path = Path("."
         n_trials=_int_at_least(1, optional=True),
         timeout_s=_positive_number(optional=True),
     )
+    study_raw = data.get("study")
+    storage_env = None
+    if isinstance(study_raw, Mapping) and isinstance(study_raw.get("storage"), Mapping):
+        study_raw = dict(study_raw)
+        storage_env = _storage_env(study_raw.pop("storage"), problems)
     study = _section(
-        data.get("study"),
+        study_raw,
         StudySettings,
         "study",
         problems,
         name=_string,
         storage=_string,
+        storage_env=lambda value: "unknown key; write storage: {env: VARIABLE}",
         heartbeat_s=_positive_number(),
     )
+    if storage_env is not None:
+        study = replace(study, storage_env=storage_env)
     raw_search = data.get("search")
     renamed = []
     if isinstance(raw_search, Mapping) and "confirm_repeats" in raw_search:
