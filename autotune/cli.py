@@ -7,7 +7,13 @@ import os
 import sys
 import traceback
 
+from .credentials import has_secret, redact_url, warn_literal_password
 from .errors import ArgumentError, AutotuneError
+
+STORAGE_HELP = (
+    "Optuna storage URL (default: $AUTOTUNE_STORAGE, else the space's study.storage); "
+    "a password shows in `ps`: prefer PGPASSWORD, ~/.pgpass or $AUTOTUNE_STORAGE"
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -19,7 +25,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("space", help="space file (YAML)")
     run.add_argument("--n-trials", type=int, help="distinct configs to measure (overrides budget)")
     run.add_argument("--timeout", type=float, help="stop starting trials after this many seconds")
-    run.add_argument("--storage", help="Optuna storage URL (default: the space's, sqlite)")
+    run.add_argument("--storage", help=STORAGE_HELP)
     run.add_argument("--study-name", help="study name (default: the space file's stem)")
     run.add_argument("--out", help="folder for trial logs and best_config.yaml")
     par = run.add_mutually_exclusive_group()
@@ -46,14 +52,14 @@ def _parser() -> argparse.ArgumentParser:
 
     show = sub.add_parser("show", help="summarise a stored study")
     show.add_argument("space", help="the space file the study was run from")
-    show.add_argument("--storage")
+    show.add_argument("--storage", help=STORAGE_HELP)
     show.add_argument("--study-name")
 
     rep = sub.add_parser(
         "report", help="summary, plots and bottleneck analysis of a stored study (HTML + PNG)"
     )
     rep.add_argument("space", help="the space file the study was run from")
-    rep.add_argument("--storage")
+    rep.add_argument("--storage", help=STORAGE_HELP)
     rep.add_argument("--study-name")
     rep.add_argument(
         "--out", help="the run folder given to `run` (report goes to OUT/STUDY/report/)"
@@ -80,7 +86,7 @@ def _parser() -> argparse.ArgumentParser:
         "(default: yaml)",
     )
     exp.add_argument("--output", "-o", help="write to this file instead of stdout")
-    exp.add_argument("--storage", help="with a space file: the Optuna storage URL")
+    exp.add_argument("--storage", help="with a space file: " + STORAGE_HELP)
     exp.add_argument("--study-name", help="with a space file: the study name")
 
     ver = sub.add_parser(
@@ -88,7 +94,7 @@ def _parser() -> argparse.ArgumentParser:
         help="run baseline and recommendation longer, in paired rounds: predicted vs observed",
     )
     ver.add_argument("space", help="the space file the study was run from")
-    ver.add_argument("--storage")
+    ver.add_argument("--storage", help=STORAGE_HELP)
     ver.add_argument("--study-name")
     ver.add_argument("--out", help="the run folder given to `run` (runs go to OUT/STUDY/verify/)")
     ver.add_argument(
@@ -152,7 +158,7 @@ def _run(args: argparse.Namespace) -> int:
     space = load_space(args.space)
     reporter.console.print(
         f"autotune: study {args.study_name or space.study.name} "
-        f"in {args.storage or space.study.storage}"
+        f"in {redact_url(space.storage_url(args.storage))}"
     )
     result = tune(
         space,
@@ -171,7 +177,7 @@ def _run(args: argparse.Namespace) -> int:
         again = " ".join(
             f"{flag} {value}"
             for flag, value in (
-                ("--storage", args.storage),
+                ("--storage", args.storage and redact_url(args.storage)),
                 ("--study-name", args.study_name),
                 ("--out", args.out),
             )
@@ -188,6 +194,8 @@ def _validate(args: argparse.Namespace) -> int:
     from .space_file import load_space
 
     space = load_space(args.space)
+    if space.study.storage_env is None and has_secret(space.study.storage):
+        warn_literal_password(space.study.storage, space.source)
     searched = space.searched
     print(
         f"{args.space}: the space file is valid; workload {space.workload}; "
@@ -295,7 +303,7 @@ def _verify(args: argparse.Namespace) -> int:
     console.print(
         escape(
             f"autotune: verifying study {args.study_name or space.study.name} "
-            f"in {args.storage or space.study.storage}: {args.rounds} paired rounds"
+            f"in {redact_url(space.storage_url(args.storage))}: {args.rounds} paired rounds"
         ),
         soft_wrap=True,
     )

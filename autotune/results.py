@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from .config import Config
+from .credentials import redact_url
 from .measurement import OK, PRUNED, Measurement, fixed_cost
 from .planned import Plan, Projection, project
 
@@ -185,7 +186,12 @@ class Reduction:
 
 @dataclass(frozen=True)
 class TuneResult:
-    """The outcome of a study: every measured config, the baseline, the recommended config."""
+    """The outcome of a study: every measured config, the baseline, the recommended config.
+
+    ``storage`` is the study's storage URL with its password redacted
+    (:func:`autotune.credentials.redact_url`), whatever URL it was made with: it is shown
+    and written (``best_config.yaml``, ``report.json``, HTML, exports), never reopened.
+    """
 
     study_name: str
     storage: str
@@ -205,6 +211,9 @@ class TuneResult:
     # The screening start's plan as the study keeps it (autotune.study.screening):
     # "order" (move labels), "reasons", "profile"; None for a study without one.
     screening: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "storage", redact_url(self.storage))
 
     @classmethod
     def from_trials(

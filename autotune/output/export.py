@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from ..config import Config
+from ..credentials import redact_url
 from ..errors import AutotuneError, yaml_problem
 from ..knobs import KNOBS
 from ..planned import Projection
@@ -225,7 +226,8 @@ def export_config(
             processes), ``env`` (a shell fragment), ``torch`` (code for a plain loop:
             the process group, FSDP2 sharding or DDP, a line per other knob).
         evidence: the rest of a ``best_config.yaml`` (``measured``, ``environment``,
-            ``study``), used for yaml/json and for the header comment.
+            ``study``), used for yaml/json and for the header comment; a storage URL
+            in ``study`` is written with its password redacted.
 
     Raises:
         AutotuneError: ``fmt`` is not one of :data:`FORMATS`.
@@ -233,6 +235,7 @@ def export_config(
     if fmt not in FORMATS:
         raise AutotuneError(f"format must be one of {', '.join(FORMATS)} but got {fmt!r}")
     values = config.to_dict() if isinstance(config, Config) else dict(config)
+    evidence = _redacted(evidence)
     header = _header(evidence)
     if fmt == "json":
         body = {"config": values, **{k: v for k, v in (evidence or {}).items() if k != "config"}}
@@ -248,6 +251,15 @@ def export_config(
         render = {"hf": _hf, "env": _env, "torch": _torch}[fmt]
         lines = render(values, environment.get("device"), blocks)
     return "\n".join([*(f"# {h}" for h in header), *lines]) + "\n"
+
+
+def _redacted(evidence: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """``evidence`` with the password of its study's storage URL redacted (a
+    best_config.yaml written before autotune redacted it may hold one)."""
+    study = (evidence or {}).get("study")
+    if not isinstance(study, Mapping) or not isinstance(study.get("storage"), str):
+        return evidence
+    return {**evidence, "study": {**study, "storage": redact_url(study["storage"])}}
 
 
 def load_best(

@@ -20,6 +20,7 @@ from typing import Any
 import optuna
 
 from ..config import Config
+from ..credentials import redact_url, scrub
 from ..errors import StorageError, first_line
 from ..measurement import OK, Measurement
 from ..planned import Plan
@@ -33,7 +34,8 @@ def open_storage(url: str) -> Any:
     """An Optuna storage object (or ``None`` for in-memory) for ``url``.
 
     Raises:
-        StorageError: the URL names no storage this machine can open.
+        StorageError: the URL names no storage this machine can open (the message shows
+            the URL with its password redacted).
     """
     if url == "memory":
         return None
@@ -54,9 +56,12 @@ def open_storage(url: str) -> Any:
     try:
         return _retry(lambda: optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs))
     except Exception as e:  # SQLAlchemy/Optuna raise many types for a bad URL or file
-        raise StorageError(
-            f"cannot open storage {url!r}: {type(e).__name__}: {first_line(e)}"
-        ) from None
+        raise StorageError(_failed(f"cannot open storage {redact_url(url)!r}", url, e)) from None
+
+
+def _failed(what: str, url: str, e: BaseException) -> str:
+    """An error message quoting ``url`` and the exception, its secrets redacted."""
+    return scrub(f"{what}: {type(e).__name__}: {first_line(e)}", url)
 
 
 def _retry(make: Any, attempts: int = 5) -> Any:
@@ -98,7 +103,7 @@ def open_study(space: Space, storage: str, study_name: str, sampler: Any) -> opt
         study = create_or_load(backend, study_name, sampler)
     except Exception as e:  # SQLAlchemy/Optuna raise many types for a bad URL or file
         raise StorageError(
-            f"cannot open storage {storage!r}: {type(e).__name__}: {first_line(e)}"
+            _failed(f"cannot open storage {redact_url(storage)!r}", storage, e)
         ) from None
     fingerprint = space.fingerprint()
     attrs = study.user_attrs
@@ -110,7 +115,7 @@ def open_study(space: Space, storage: str, study_name: str, sampler: Any) -> opt
         study.set_user_attr("space_source", space.source)
     elif stored != fingerprint:
         raise StorageError(
-            f"study {study_name!r} in {storage} was made from a different space "
+            f"study {study_name!r} in {redact_url(storage)} was made from a different space "
             f"({attrs.get('space_source')}); pass another --study-name to start anew"
         )
     elif attrs.get(ENCODING, INDEXES) == INDEXES:
@@ -154,28 +159,29 @@ def load_result(
 ) -> tuple[optuna.Study, TuneResult]:
     """Load the stored study of ``space`` without running anything.
 
+    ``storage`` defaults to ``$AUTOTUNE_STORAGE``, else the space's (:meth:`Space.storage_url`).
     The memory budget is recomputed from the stored environment, so the headroom of the
     recommended config is reported as ``autotune run`` did.
 
     Raises:
         StorageError: the storage cannot be opened or holds no such study.
     """
-    storage = storage or space.study.storage
+    storage = space.storage_url(storage)
     name = study_name or space.study.name
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if storage.startswith("sqlite:///") and not Path(storage.removeprefix("sqlite:///")).exists():
         # load_study would create an empty database file instead.
         raise StorageError(
-            f"storage {storage!r} does not exist (relative paths are from the current folder); "
-            "run `autotune run` first, or pass --storage"
+            f"storage {redact_url(storage)!r} does not exist (relative paths are from the "
+            "current folder); run `autotune run` first, or pass --storage"
         )
     backend = open_storage(storage)
     try:
         study = optuna.load_study(study_name=name, storage=backend)
     except Exception as e:  # KeyError for a missing study, SQLAlchemy errors for a bad URL
+        what = f"cannot load study {name!r} from {redact_url(storage)!r}"
         raise StorageError(
-            f"cannot load study {name!r} from {storage!r}: {type(e).__name__}: "
-            f"{first_line(e)}; run `autotune run` first, or pass --storage/--study-name"
+            _failed(what, storage, e) + "; run `autotune run` first, or pass --storage/--study-name"
         ) from None
     environment = study.user_attrs.get("environment", {})
     result = TuneResult.from_trials(

@@ -91,7 +91,7 @@ class Tuner:
         self.worker_index = worker_index
         self.n_trials = n_trials if n_trials is not None else space.budget.n_trials
         self.timeout_s = timeout_s if timeout_s is not None else space.budget.timeout_s
-        self.storage = storage or space.study.storage
+        self.storage = space.storage_url(storage)
         self.study_name = study_name or space.study.name
         self.out_dir = make_folder(Path(out_dir or space.output_dir) / self.study_name, "out")
         self.reporter = reporter or Reporter()
@@ -524,7 +524,8 @@ def tune(
         n_trials: distinct configs to measure in total (finished ones of a resumed study
             count); defaults to the space's ``budget.n_trials``.
         timeout_s: stop starting trials after this many seconds of this call.
-        storage: Optuna storage URL; defaults to the space's ``study.storage``;
+        storage: Optuna storage URL; defaults to ``$AUTOTUNE_STORAGE``, else the space's
+            ``study.storage`` (:meth:`Space.storage_url`);
             ``"memory"`` keeps the study in this process only (benchmarks, tests).
         study_name: defaults to the space's ``study.name`` (the file's stem).
         out_dir: folder for trial logs and ``best_config.yaml``.
