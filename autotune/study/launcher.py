@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..credentials import ENV as STORAGE_ENV
 from ..space import LAUNCHERS
 
 FORK, SPAWN = LAUNCHERS
@@ -62,8 +63,10 @@ def run_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     the compile caches on (:func:`import_env`: every run, compiling or not, since the
     launcher read them when it imported TorchDynamo), ``extra``, this very autotune on
     ``PYTHONPATH`` (even when it is not installed), unbuffered output and the driver's
-    pid (:func:`autotune.trial.guard.die_with_driver`)."""
+    pid (:func:`autotune.trial.guard.die_with_driver`). Not the storage URL
+    (``AUTOTUNE_STORAGE``, which may hold a password): runs never open the study."""
     env = {**os.environ, **import_env(os.environ), **(extra or {})}
+    env.pop(STORAGE_ENV, None)
     package_root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     env.setdefault("PYTHONUNBUFFERED", "1")

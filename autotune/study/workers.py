@@ -2,7 +2,9 @@
 
 Each worker is an ``autotune run`` process pointed at the same storage and study (see
 :mod:`autotune.study.coordination` for how they split the work); on a GPU machine each is
-pinned to its GPU with ``CUDA_VISIBLE_DEVICES``.
+pinned to its GPU with ``CUDA_VISIBLE_DEVICES``. The storage URL reaches the workers in
+their environment (``AUTOTUNE_STORAGE``), never on their command lines, which every local
+user can read (``ps``, ``/proc/PID/cmdline``): it may hold a password.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 
 import optuna
 
+from ..credentials import ENV as STORAGE_ENV
 from ..errors import ArgumentError, AutotuneError
 from ..results import TuneResult
 from ..space import Space
@@ -74,6 +77,30 @@ def _gpu_count(asked: str) -> int:
     return count
 
 
+def worker_command(
+    space: str | Path,
+    storage: str,
+    study_name: str,
+    index: int,
+    device: str | None,
+    *,
+    n_trials: int | None = None,
+    timeout_s: float | None = None,
+    out_dir: str | Path | None = None,
+) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment of one worker: the storage in ``AUTOTUNE_STORAGE``
+    (not in argv), the GPU in ``CUDA_VISIBLE_DEVICES``."""
+    cmd = [sys.executable, "-m", "autotune", "run", str(space), "--no-summary"]
+    cmd += ["--study-name", study_name, "--worker-index", str(index)]
+    for flag, value in (("--n-trials", n_trials), ("--timeout", timeout_s), ("--out", out_dir)):
+        if value is not None:
+            cmd += [flag, str(value)]
+    env = {**os.environ, STORAGE_ENV: storage}
+    if device is not None:
+        env["CUDA_VISIBLE_DEVICES"] = device
+    return cmd, env
+
+
 def run_workers(
     space: str | Path,
     *,
@@ -95,7 +122,8 @@ def run_workers(
         jobs: how many CPU workers (each measures its own trials; they share the cores).
         gpus: ``"all"``, ``"0,1"`` or a list of GPU indexes: one worker per GPU.
         n_trials, timeout_s, storage, study_name, out_dir: as for :func:`autotune.tune`
-            (the budget is the study's, shared by the workers).
+            (the budget is the study's, shared by the workers). The storage reaches the
+            workers in their environment (``AUTOTUNE_STORAGE``), never in their argv.
         worker_index: this host's index when several hosts share the study: worker
             indexes (sampler seeds) stay unique across hosts.
         reporter: receives the warning about CPU workers sharing cores.
@@ -116,7 +144,7 @@ def run_workers(
         raise ArgumentError(f"worker_index must be at least 0 but got {worker_index}")
     devices: list[str | None] = list(gpu_ids(gpus)) if gpus is not None else [None] * jobs
     loaded: Space = load_space(space)
-    storage = storage or loaded.study.storage
+    storage = loaded.storage_url(storage)
     name = study_name or loaded.study.name
     if gpus is None and jobs > 1:
         (reporter or Reporter()).note(CPU_WORKERS_WARNING.format(n=jobs))
@@ -125,15 +153,16 @@ def run_workers(
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     procs = []
     for index, device in enumerate(devices):
-        cmd = [sys.executable, "-m", "autotune", "run", str(space), "--no-summary"]
-        cmd += ["--storage", storage, "--study-name", name]
-        cmd += ["--worker-index", str(worker_index * len(devices) + index)]
-        for flag, value in (("--n-trials", n_trials), ("--timeout", timeout_s), ("--out", out_dir)):
-            if value is not None:
-                cmd += [flag, str(value)]
-        env = dict(os.environ)
-        if device is not None:
-            env["CUDA_VISIBLE_DEVICES"] = device
+        cmd, env = worker_command(
+            space,
+            storage,
+            name,
+            worker_index * len(devices) + index,
+            device,
+            n_trials=n_trials,
+            timeout_s=timeout_s,
+            out_dir=out_dir,
+        )
         procs.append(subprocess.Popen(cmd, env=env))
     try:
         codes = [p.wait() for p in procs]
