@@ -17,6 +17,14 @@ else
   runas=(sh -c)
 fi
 "${runas[@]}" "$bin/initdb -D $data -A trust -U postgres" >/dev/null
+# The superuser (AUTOTUNE_TEST_POSTGRES) needs no password; any other role does over TCP,
+# so the credentials tests see a password really asked for.
+cat >"$data/pg_hba.conf" <<'HBA'
+local all all trust
+host all postgres 127.0.0.1/32 trust
+host all all 127.0.0.1/32 scram-sha-256
+HBA
+if [ "$(id -u)" = 0 ]; then chown postgres "$data/pg_hba.conf"; fi
 "${runas[@]}" "$bin/pg_ctl -D $data -l $data/log -w -o '-p $port -k /tmp -c listen_addresses=127.0.0.1' start" >/dev/null
 echo "export AUTOTUNE_TEST_POSTGRES=postgresql+psycopg2://postgres@127.0.0.1:$port/postgres"
 echo "export AUTOTUNE_PG_STOP='${runas[*]} \"$bin/pg_ctl -D $data -m fast stop\"'"
