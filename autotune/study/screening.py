@@ -34,6 +34,8 @@ from .sampling import like
 
 # The study user attr holding the screening plan (see module docstring).
 ATTR = "screening"
+# Its value in a new study until the baseline is measured and the plan made.
+PENDING = "pending"
 # The trial user attr naming a screening trial's move, and its proposer.
 MOVE = "screen"
 PROPOSED_BY = "screening"
@@ -341,3 +343,9 @@ def not_worth_compiling(
         f"its eager twin (#{eager.number}) made {eager.value / best.value:.0%} of the best "
         f"(#{best.number}): not worth a compile"
     )
+
+
+def kept(user_attrs: dict[str, Any]) -> dict[str, Any] | None:
+    """The plan a study keeps (its user attrs), ``None`` before it is made or without one."""
+    plan = user_attrs.get(ATTR)
+    return plan if isinstance(plan, dict) else None

@@ -27,7 +27,7 @@ from ..planned import Plan
 from ..results import SEARCH, TrialRecord, TuneResult
 from ..space import Space
 from .sampling import ENCODING, INDEXES, VALUES, make_sampler
-from .screening import ATTR as SCREENING
+from .screening import kept as kept_plan
 
 
 def open_storage(url: str) -> Any:
@@ -194,6 +194,6 @@ def load_result(
         memory_budget_bytes=space.limits.memory_bytes(environment.get("device_memory_bytes")),
         global_batch=space.global_batch,
         plan=Plan.of(space.trial),
-        screening=study.user_attrs.get(SCREENING),
+        screening=kept_plan(study.user_attrs),
     )
     return study, result

@@ -137,6 +137,8 @@ class Tuner:
     def run(self) -> TuneResult:
         # Storage first: a bad URL or a study from another space fails before any work.
         study = open_study(self.space, self.storage, self.study_name, make_sampler(self.space))
+        if not study.get_trials(deepcopy=False):  # a new study: screened once its baseline ran
+            study.set_user_attr(screening.ATTR, screening.PENDING)
         # The launcher imports torch while the probe is set up; a replay runs no process.
         if self.space.trial.launcher == FORK and isinstance(self.backend, SubprocessBackend):
             launcher.prestart(self.out_dir / "launcher.log")
@@ -295,15 +297,17 @@ class Tuner:
     ) -> None:
         """Queue the screening's next move (:mod:`autotune.study.screening`), if any: one
         knob moved from the best feasible config so far. The plan is made once, when
-        the baseline is measured, and kept in the study; a study whose search began
-        before the screening existed is not screened."""
+        the baseline is measured, and kept in the study; a study made before the
+        screening existed (no :data:`screening.ATTR`) is not screened."""
         search = self.space.search
         if not search.screening or search.sampler == "grid":
             return
         stored = study.user_attrs.get(screening.ATTR)
-        if stored is None:
+        if stored is None:  # a study made before the screening existed goes on without
+            return
+        if stored == screening.PENDING:
             base = baseline_of(trials)
-            if base is None or any(t.role == SEARCH for t in trials):
+            if base is None:  # a worker beside us measures it: the sampler meanwhile
                 return
             profile = screening.Profile.of(base.measurement, self.memory_budget)
             plan = screening.make_plan(self.space, self.space.baseline, profile)
@@ -497,7 +501,7 @@ class Tuner:
             memory_budget_bytes=self.memory_budget,
             global_batch=self.space.global_batch,
             plan=Plan.of(self.space.trial),
-            screening=study.user_attrs.get(screening.ATTR),
+            screening=screening.kept(study.user_attrs),
         )
         if result.best is not None:
             path = write_best_config(result, self.out_dir / "best_config.yaml")

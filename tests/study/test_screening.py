@@ -294,8 +294,31 @@ def test_no_screening_with_the_grid_sampler_or_when_turned_off(tmp_path):
         storage = f"sqlite:///{tmp_path}/{search.sampler}.db"
         tune(run, storage=storage, out_dir=tmp_path, backend=ReplayBackend(table), n_trials=6)
         study = optuna.load_study(study_name=space.study.name, storage=storage)
-        assert screening.ATTR not in study.user_attrs
+        assert screening.kept(study.user_attrs) is None
         assert not any(screening.MOVE in t.user_attrs for t in study.trials)
+
+
+def test_a_study_made_before_the_screening_resumes_without_it(tmp_path):
+    table = json.loads((ROOT / "benchmarks/tables/cnn_grid.json").read_text())
+    space = load_space(ROOT / table["space"])
+    search = dataclasses.replace(space.search, sampler="tpe", confirm_top=0, prune=False)
+    storage = f"sqlite:///{tmp_path}/s.db"
+    old = dataclasses.replace(space, search=dataclasses.replace(search, screening=False))
+    tune(old, storage=storage, out_dir=tmp_path, backend=ReplayBackend(table), n_trials=3)
+    study = optuna.load_study(study_name=space.study.name, storage=storage)
+    study.set_user_attr(screening.ATTR, None)  # as an older autotune left it: no such attr
+    new = dataclasses.replace(space, search=dataclasses.replace(search, screening=True))
+    tune(new, storage=storage, out_dir=tmp_path, backend=ReplayBackend(table), n_trials=6)
+    assert len([t for t in study.get_trials() if t.user_attrs.get("role") == SEARCH]) >= 5
+    assert not any(screening.MOVE in t.user_attrs for t in study.get_trials())
+    # A new study whose search began while the baseline ran (a worker beside it) is
+    # screened once the baseline is measured.
+    storage = f"sqlite:///{tmp_path}/race.db"
+    tune(old, storage=storage, out_dir=tmp_path, backend=ReplayBackend(table), n_trials=3)
+    tune(new, storage=storage, out_dir=tmp_path, backend=ReplayBackend(table), n_trials=6)
+    study = optuna.load_study(study_name=space.study.name, storage=storage)
+    assert screening.kept(study.user_attrs)["order"][0] == "batch_size=128"
+    assert any(screening.MOVE in t.user_attrs for t in study.get_trials())
 
 
 def test_a_compile_is_not_spent_on_a_config_whose_eager_twin_lost_far_behind(write_space):
