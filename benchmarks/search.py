@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import optuna
 
@@ -97,13 +98,21 @@ def remeasure(table_path: Path, keys: list[str], why: str) -> None:
     folder = Path(tempfile.mkdtemp())
     storage = f"sqlite:///{folder / 'remeasure.db'}"
     study = open_study(space, storage, space.study.name, make_sampler(space))
-    for config in configs:
-        study.enqueue_trial(encode(space, config))
-    tune(space, storage=storage, out_dir=folder / "runs", n_trials=len(configs) + 1)
-    fresh = record_table(
-        optuna.load_study(study_name=space.study.name, storage=storage), folder / "t"
-    )
-    again = {Config.from_dict(r["config"]).key(): r for r in fresh["measurements"]}
+    again: dict[str, Any] = {}
+    for _ in range(3):  # a queued config the budget did not reach goes to the next pass
+        missing = [c for c in configs if c.key() not in again]
+        if not missing:
+            break
+        for config in missing:
+            study.enqueue_trial(encode(space, config))
+        roles = ("baseline", "search")
+        done = len(
+            {t.user_attrs["config_key"] for t in study.trials if t.user_attrs.get("role") in roles}
+        )
+        tune(space, storage=storage, out_dir=folder / "runs", n_trials=done + len(missing) + 1)
+        fresh = record_table(study, folder / "table.json")
+        again = {Config.from_dict(r["config"]).key(): r for r in fresh["measurements"]}
+    keys = [k for k in keys if k in again]
     for key in keys:
         before = Measurement.from_dict(rows[key]["measurement"]).rate
         rows[key] = again[key]
