@@ -5,7 +5,7 @@ from __future__ import annotations
 import yaml
 
 from autotune import Config, Measurement, TrialRecord, TuneResult, load_config
-from autotune.results import BASELINE, REPEAT, SEARCH, write_best_config
+from autotune.results import BASELINE, REPEAT, SEARCH, Contribution, proven_gain, write_best_config
 
 OK = Measurement(status="ok", samples_per_s=1.0, peak_mem_bytes=100)
 
@@ -173,3 +173,12 @@ def test_the_time_split_and_the_fixed_cost_come_from_the_same_phases():
     fixed, share = result.overhead()
     assert round(fixed, 9) == round(0.1 + 2.5 + 0.4 + 0.1, 9)  # median of the fixed costs
     assert round(share, 9) == round(3.1 / 7.6, 9)  # the middle share: the third run's
+
+
+def test_a_knob_is_judged_by_the_median_of_its_rounds_not_its_best_or_worst_round():
+    # A neutral knob with one lucky round: its median is 1.00, not a gain.
+    assert not proven_gain((0.98, 1.00, 1.25), 0.03)
+    assert not Contribution("pin_memory", True, False, (0.98, 1.00, 1.25), min_gain=0.03).kept
+    # A real gain with one disturbed round: its median is 1.04, above 1 + min_gain.
+    assert proven_gain((1.04, 1.05, 0.90), 0.03)
+    assert Contribution("pin_memory", True, False, (1.04, 1.05, 0.90), min_gain=0.03).kept
