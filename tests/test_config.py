@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from autotune import AutotuneError, Config, load_config
+from autotune.knobs import KNOBS
 
 
 def test_defaults_are_plain_pytorch():
@@ -33,6 +34,19 @@ def test_round_trip_and_short_form(tmp_path):
     path = tmp_path / "best.yaml"
     path.write_text("config:\n  batch_size: 64\n  amp_dtype: bf16\n")
     assert load_config(path) == Config(batch_size=64, amp_dtype="bf16")
+
+
+def test_a_knob_added_later_at_its_default_leaves_the_key_unchanged():
+    """Stored studies claim configs by key: a knob added after a study was stored sits at
+    its default in every stored config, so it must not be in the key."""
+    stored = {"batch_size": 64, "accumulation_steps": 1, "num_workers": 2, "jit": "off"}
+    later = {"packing": "off", "length_grouping": "off", "fsdp": "off", "fsdp_cpu_offload": False}
+    assert all(later[name] == KNOBS[name].default for name in later)
+    key = Config.from_dict(stored).key()
+    assert Config.from_dict({**stored, **later}).key() == key
+    # only the knobs off their default, so no knob at its default can ever change it
+    assert key == "batch_size=64,num_workers=2"
+    assert Config().key() == ""
 
 
 def test_fsdp_policy_leaves_fsdp_defaults_where_nothing_is_cast():
