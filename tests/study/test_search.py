@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 
 import optuna
 import pytest
@@ -10,8 +11,12 @@ import yaml
 
 from autotune import Config, Measurement, SpaceError, load_space, tune
 from autotune.errors import WorkloadError
+from autotune.measurement import TOKENS
 from autotune.results import TrialRecord, TuneResult
+from autotune.space import SearchSettings, TrialSettings
+from autotune.study.pruning import Pruner
 from autotune.study.replay import ReplayBackend, record_table
+from autotune.study.scoring import objective
 
 SPACE = """
     workload: {workloads}:tiny
@@ -134,6 +139,41 @@ def test_a_clearly_slower_trial_is_pruned(write_space, tmp_path):
     count, saved_s = result.pruning_saved_s()
     assert count == 1 and saved_s > 0
     assert result.best.config.batch_size == 8
+
+
+def test_pruning_on_a_token_workload_judges_real_tokens_per_second_not_samples(tmp_path):
+    # Padded rows: 32 samples of 600 real tokens a step. Packed: 8 rows of 2000 real
+    # tokens a step. Per second the padded config makes 4x the samples, the packed one
+    # 3.3x the real tokens: the objective (real tokens/s) and the pruner rank by tokens.
+    trial = TrialSettings(warmup_steps=2, measured_steps=20)
+    search = SearchSettings(prune_margin=0.2, prune_after=0.3)
+    runs = {"padded": (32, 600.0), "packed": (8, 2000.0)}  # samples, real tokens per step
+
+    def full(name):  # the whole measured window: 20 steps in 20 s
+        samples, tokens = runs[name]
+        return Measurement(
+            status="ok",
+            unit=TOKENS,
+            samples_per_s=samples,
+            tokens_per_s=tokens,
+            samples_per_step=samples,
+            tokens_per_step=tokens,
+            measured_steps=20,
+        )
+
+    def pruned(name, best):  # the pruner's verdict after 10 of those steps
+        samples, tokens = runs[name]
+        path = tmp_path / f"{name}.json"
+        progress = {"samples_per_step": samples, "per_step": tokens, "unit": TOKENS}
+        progress |= {"steps": 10, "elapsed_s": 10.0, "warmup_s": 2.0, "compile_s": 0.0}
+        path.write_text(json.dumps(progress))
+        return Pruner(path, objective(full(best), trial), trial, search)()
+
+    assert full("padded").samples_per_s > full("packed").samples_per_s
+    assert objective(full("packed"), trial) > objective(full("padded"), trial)
+    assert pruned("packed", best="padded") is None  # more real tokens/s: kept
+    reason = pruned("padded", best="packed")
+    assert reason is not None and "600.0 tokens/s cannot beat the best 2,000.0" in reason
 
 
 def test_a_sampler_proposing_measured_configs_still_spends_the_budget(write_space, tmp_path):
