@@ -60,6 +60,30 @@ def test_accumulation_runs_that_many_micro_batches_per_step():
     assert len(seen) == 3
 
 
+def test_accumulated_micro_batches_step_like_one_batch_of_their_size():
+    """2 micro-batches of 8 (each loss divided by accumulation_steps) make the same SGD
+    step as one batch of 16: the same global batch trains the same."""
+    x, y = Blobs()[:16]
+    steps = {}
+    for bs, accum in ((8, 2), (16, 1)):
+        torch.manual_seed(0)
+        model = MLP()
+        a = apply(
+            Config(batch_size=bs, accumulation_steps=accum),
+            model=model,
+            dataset=Blobs(),
+            loss=_loss,
+            optimizer=lambda params: torch.optim.SGD(params, lr=0.5),
+            device="cpu",
+        )
+        before = [p.detach().clone() for p in a.model.parameters()]
+        a.train_step(iter([(x[i : i + bs], y[i : i + bs]) for i in range(0, 16, bs)]))
+        steps[accum] = [p.detach() - b for p, b in zip(a.model.parameters(), before, strict=True)]
+    assert all(s.abs().max() > 1e-4 for s in steps[1])  # the step moved every parameter
+    for accumulated, single in zip(steps[2], steps[1], strict=True):
+        torch.testing.assert_close(accumulated, single, rtol=1e-4, atol=1e-6)
+
+
 def test_gradient_checkpointing_recomputes_block_forwards():
     calls = []
     a = _applied(gradient_checkpointing=True)
