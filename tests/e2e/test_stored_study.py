@@ -17,6 +17,8 @@ import optuna
 import pytest
 from conftest import HERE, run_cli
 
+from autotune import Config
+
 FIXTURE = HERE / "fixtures" / "legacy_study"
 SPACE = FIXTURE / "space.yaml"
 
@@ -88,3 +90,23 @@ def test_run_resumes_the_stored_study(stored, tmp_path):
         and t.user_attrs.get("role") in ("baseline", "search")
     }
     assert len(keys) == 4
+    # Nothing measured twice: every first measurement (the search's, or a config first
+    # run in a confirmation round) is of a config no other trial measured, stored ones
+    # included. Compared as configs, not by key: the stored key strings have an older form.
+    firsts = [
+        Config.from_dict(t.user_attrs["config"])
+        for t in after.values()
+        if t.state == optuna.trial.TrialState.COMPLETE
+        and t.user_attrs.get("role") in ("baseline", "search", "confirm")
+    ]
+    assert len(firsts) == len(set(firsts)), [c.short() for c in firsts]
+    # and every repeat (a confirmation round's run) points at that first measurement
+    first_of = {
+        Config.from_dict(t.user_attrs["config"]): n
+        for n, t in after.items()
+        if t.state == optuna.trial.TrialState.COMPLETE
+        and t.user_attrs.get("role") in ("baseline", "search", "confirm")
+    }
+    for t in after.values():
+        if t.state == optuna.trial.TrialState.COMPLETE and t.user_attrs.get("role") == "repeat":
+            assert t.user_attrs["repeat_of"] == first_of[Config.from_dict(t.user_attrs["config"])]
