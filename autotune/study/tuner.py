@@ -58,6 +58,12 @@ from .storage import open_study, records
 MAX_DUPLICATES_IN_A_ROW = 30
 
 
+def _sampled(trial: optuna.Trial) -> bool:
+    """Whether a search trial is the sampler's or the screening's own proposal: not the
+    baseline, a confirmation run or a retry of a trial a dead worker left."""
+    return trial.user_attrs.get("role", SEARCH) == SEARCH and "retry_of" not in trial.user_attrs
+
+
 class Tuner:
     """Runs a study over a space. See :func:`autotune.tune` for the arguments.
 
@@ -340,9 +346,7 @@ class Tuner:
         """Why a compiled config the sampler proposed is not worth its cold compile
         (:func:`autotune.study.screening.not_worth_compiling`); queued trials (the
         baseline, retries, the screening's moves) always run."""
-        if trial.user_attrs.get("role", SEARCH) != SEARCH or trial.user_attrs.get("proposed_by"):
-            return None
-        if "retry_of" in trial.user_attrs:
+        if not _sampled(trial) or trial.user_attrs.get("proposed_by"):
             return None
         return screening.not_worth_compiling(self.space, config, measured, best_of(trials))
 
@@ -357,7 +361,7 @@ class Tuner:
         """
         if not self.space.search.predict_memory or self.memory_budget is None:
             return None
-        if trial.user_attrs.get("role", SEARCH) != SEARCH or "retry_of" in trial.user_attrs:
+        if not _sampled(trial):
             return None
         device = str(self.capabilities.get("device", "cpu"))
         prediction = MemoryModel(trials, self.memory_budget, device).predict(config)
