@@ -2,6 +2,8 @@
 
     # 1. measure every config of a moderate space once (real trials; minutes)
     python benchmarks/search.py record benchmarks/spaces/cnn_grid.yaml
+    # 1b. measure its best configs again: is the recorded optimum a repeatable figure?
+    python benchmarks/search.py repeat benchmarks/tables/cnn_grid.json --top 12 --repeats 2
     # 2. replay samplers against the recorded tables, many seeds (cheap)
     python benchmarks/search.py replay benchmarks/tables/*.json --seeds 30 --out docs/benchmarks.md
 
@@ -87,14 +89,9 @@ def machine_text() -> str:
     return f"{model}, {os.cpu_count()} cores, {'with' if bf16 else 'no'} bf16 units"
 
 
-def remeasure(table_path: Path, keys: list[str], why: str) -> None:
-    """Measure the configs ``keys`` of a recorded table again, in one fresh study on this
-    (idle) machine, and replace their rows: for runs that something else on the machine
-    disturbed while the grid recorded. The table lists what was measured again and why."""
-    table = json.loads(table_path.read_text())
-    space = load_space(table["space"])
-    rows = {Config.from_dict(r["config"]).key(): r for r in table["measurements"]}
-    configs = [Config.from_dict(rows[k]["config"]) for k in keys]
+def _measure(space, configs: list[Config]) -> dict[str, dict[str, Any]]:
+    """Rows (config and measurement) of ``configs``, each measured once in one fresh study
+    on this (idle) machine, in the order given."""
     folder = Path(tempfile.mkdtemp())
     storage = f"sqlite:///{folder / 'remeasure.db'}"
     study = open_study(space, storage, space.study.name, make_sampler(space))
@@ -112,6 +109,21 @@ def remeasure(table_path: Path, keys: list[str], why: str) -> None:
         tune(space, storage=storage, out_dir=folder / "runs", n_trials=done + len(missing) + 1)
         fresh = record_table(study, folder / "table.json")
         again = {Config.from_dict(r["config"]).key(): r for r in fresh["measurements"]}
+    return {c.key(): again[c.key()] for c in configs if c.key() in again}
+
+
+def _today() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+
+
+def remeasure(table_path: Path, keys: list[str], why: str) -> None:
+    """Measure the configs ``keys`` of a recorded table again, in one fresh study on this
+    (idle) machine, and replace their rows: for runs that something else on the machine
+    disturbed while the grid recorded. The table lists what was measured again and why."""
+    table = json.loads(table_path.read_text())
+    space = load_space(table["space"])
+    rows = {Config.from_dict(r["config"]).key(): r for r in table["measurements"]}
+    again = _measure(space, [Config.from_dict(rows[k]["config"]) for k in keys])
     keys = [k for k in keys if k in again]
     for key in keys:
         before = Measurement.from_dict(rows[key]["measurement"]).rate
@@ -123,8 +135,56 @@ def remeasure(table_path: Path, keys: list[str], why: str) -> None:
         {
             "configs": len(keys),
             "why": why,
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+            "date": _today(),
             "command": f"python benchmarks/search.py remeasure {table_path} KEYS --why ...",
+        }
+    )
+    table_path.write_text(json.dumps(table, indent=1))
+
+
+def repeat(table_path: Path, top: int, repeats: int) -> None:
+    """The ``top`` configs of a recorded table, and its baseline, measured ``repeats`` more
+    times each: every pass a fresh study over all of them (the baseline first, as in any
+    study; the rest in an order rotated per pass). The runs go into each row's
+    ``repeats`` with their pass; its ``measurement`` (what a replay reads) stays the
+    recorded run.
+
+    Why: a grid measured once per config has a noisy top, and the best of 200 single runs
+    is the luckiest of them (the winner's curse). The repeats say how far the recorded
+    optimum is a repeatable figure: the replay prints its ratio to the baseline of the
+    same pass against the recorded ratio. They are not mixed into the table, whose runs
+    were all made in one recording (a repeat made in another hour compares configs
+    across the machine's drift)."""
+    table = json.loads(table_path.read_text())
+    space = load_space(table["space"])
+    rows = {Config.from_dict(r["config"]).key(): r for r in table["measurements"]}
+    base = space.baseline.key()
+
+    def rate(measurement: dict[str, Any]) -> float:
+        m = Measurement.from_dict(measurement)
+        return objective(m, space.trial) if m.ok else 0.0
+
+    chosen = sorted(rows, key=lambda k: -rate(rows[k]["measurement"]))[:top]
+    runs: dict[str, list[dict[str, Any]]] = {k: [] for k in [*chosen, base]}
+    first = len(table.get("repeated", []))
+    for n in range(repeats):
+        order = chosen[n % len(chosen) :] + chosen[: n % len(chosen)]  # rotated per pass
+        configs = [Config.from_dict(rows[k]["config"]) for k in [base, *order] if k in rows]
+        again = _measure(space, list({c.key(): c for c in configs}.values()))
+        for key, row in again.items():
+            runs[key].append({"pass": f"{_today()}#{first + n}", "measurement": row["measurement"]})
+    for key, made in runs.items():
+        rows[key] = {**rows[key], "repeats": rows[key].get("repeats", []) + made}
+        each = ", ".join(f"{rate(r['measurement']):,.0f}" for r in made)
+        print(f"{key or 'baseline'}: recorded {rate(rows[key]['measurement']):,.0f}; again {each}")
+    table["measurements"] = list(rows.values())
+    table.setdefault("repeated", []).append(
+        {
+            "top": top,
+            "repeats": repeats,
+            "date": _today(),
+            "command": f"python benchmarks/search.py repeat {table_path} --top {top} "
+            f"--repeats {repeats}",
         }
     )
     table_path.write_text(json.dumps(table, indent=1))
@@ -227,7 +287,8 @@ def replay(
             f"Recording the grid took {table.get('record_wall_s', 0):.0f} s; median step-time "
             f"CV {statistics.median(cvs):.1%}; {_fixed_text(measured)}; the median run "
             f"{statistics.median(m.wall_s for m in measured if m.wall_s):.1f} s, the longest "
-            f"{max(m.wall_s for m in measured if m.wall_s):.1f} s.",
+            f"{max(m.wall_s for m in measured if m.wall_s):.1f} s."
+            f"{_later_text(table, space, opt_config, optimum)}",
             "",
             "| sampler | best/optimum @5 | @8 | @10 | @20 | seeds >= 95% @10 | trials to 95% "
             "(median) | to 99% | wall s to 95% (median) |",
@@ -270,6 +331,41 @@ def replay(
         out.write_text(_spliced(out.read_text() if out.exists() else "", text))
 
 
+def _later_text(table: dict[str, Any], space, opt_config: Config, optimum: float) -> str:
+    """What was measured after the recording (``remeasure``, ``repeat``), in words: for
+    repeats, the optimum's config over the baseline run of the same pass (the pairing that
+    cancels the machine's drift between the recording and the pass), against the
+    recorded ratio."""
+    parts = [
+        f" {r['configs']} configs measured again on {r['date']} (`{r['command']}`): {r['why']}."
+        for r in table.get("remeasured", [])
+    ]
+    for r in table.get("repeated", []):
+        parts.append(
+            f" Its best {r['top']} configs and its baseline measured {r['repeats']} more "
+            f"times each on {r['date']} (`{r['command']}`), kept apart from the table."
+        )
+    rows = {Config.from_dict(x["config"]).key(): x for x in table["measurements"]}
+
+    def value(m: dict[str, Any]) -> float:
+        measured = Measurement.from_dict(m)
+        return objective(measured, space.trial) if measured.ok else 0.0
+
+    def by_pass(key: str) -> dict[str, float]:
+        return {r["pass"]: value(r["measurement"]) for r in rows.get(key, {}).get("repeats", [])}
+
+    best, base = by_pass(opt_config.key()), by_pass(space.baseline.key())
+    paired = [best[p] / base[p] for p in best if base.get(p)]
+    if paired:
+        recorded = optimum / value(rows[space.baseline.key()]["measurement"])
+        each = ", ".join(f"{x:.2f}x" for x in paired)
+        parts.append(
+            f" The optimum's config over the baseline of the same pass: {each} "
+            f"(recorded: {recorded:.2f}x)."
+        )
+    return "".join(parts)
+
+
 # The generated block of docs/benchmarks.md: replay rewrites what lies between these.
 BEGIN = "<!-- search.py replay: begin -->"
 END = "<!-- search.py replay: end -->"
@@ -301,8 +397,14 @@ def main(argv: list[str] | None = None) -> int:
     rm.add_argument("table", type=Path)
     rm.add_argument("keys", type=Path, help="a file of config keys, one per line")
     rm.add_argument("--why", required=True, help="what disturbed their first runs")
+    st = sub.add_parser("repeat", help="measure a table's best configs again, kept apart")
+    st.add_argument("table", type=Path)
+    st.add_argument("--top", type=int, default=12, help="how many of the best configs")
+    st.add_argument("--repeats", type=int, default=2, help="more runs of each")
     args = p.parse_args(argv)
-    if args.command == "remeasure":
+    if args.command == "repeat":
+        repeat(args.table, args.top, args.repeats)
+    elif args.command == "remeasure":
         remeasure(args.table, args.keys.read_text().split(), args.why)
     elif args.command == "record":
         out = args.out or Path("benchmarks/tables") / f"{args.space.stem}.json"
