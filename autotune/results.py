@@ -211,6 +211,8 @@ class TuneResult:
     # The screening start's plan as the study keeps it (autotune.study.screening):
     # "order" (move labels), "reasons", "profile"; None for a study without one.
     screening: dict[str, Any] | None = None
+    # Per knob, the search runs that moved it and what they cost (:func:`knob_costs`).
+    knob_time: list[KnobCost] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "storage", redact_url(self.storage))
@@ -280,6 +282,7 @@ class TuneResult:
             winner=winner,
             contributions=contributions,
             reduction=reduction,
+            knob_time=knob_costs(raw),
             **kwargs,
         )
 
@@ -398,32 +401,39 @@ class TuneResult:
         return phases, statistics.median(total for _, total in splits), len(splits)
 
     def knob_costs(self) -> list[KnobCost]:
-        """Where the search's time went, per knob: the search trials (the baseline's and
-        the sampler's, not the confirmation's) that set the knob away from the baseline,
-        and their run time, compile included. A trial moving two knobs counts for both,
-        so the rows do not add up; most expensive first."""
-        base = self.baseline
-        if base is None:
-            return []
-        costs: dict[str, KnobCost] = {}
-        for t in self.trials:
-            m = t.measurement
-            if t.role != SEARCH or m.wall_s is None:  # a config skipped unrun counts nothing
-                continue
-            split = m.time_split()
-            run_s = split[1] if split else m.wall_s
-            for name, value in t.config.to_dict().items():
-                if name == "accumulation_steps" or value == getattr(base.config, name):
-                    continue
-                c = costs.get(name, KnobCost(name))
-                costs[name] = KnobCost(
-                    name, c.trials + 1, c.run_s + run_s, c.compile_s + (m.compile_s or 0.0)
-                )
-        return sorted(costs.values(), key=lambda c: c.run_s, reverse=True)
+        """Where the search's time went, per knob (:func:`knob_costs`)."""
+        return self.knob_time
 
     def _measured(self) -> list[Measurement]:
         """Every config's measurement (one never run records no phases: left out)."""
         return [t.measurement for t in self.trials]
+
+
+def knob_costs(raw: list[TrialRecord]) -> list[KnobCost]:
+    """Where the search's time went, per knob: the search runs (the sampler's and the
+    screening's, not the baseline's or the confirmation's) that set the knob away from the
+    baseline, and each run's own time from spawn to exit, its compile included. The runs
+    themselves, not their configs' summaries: a confirmed config's summary carries its
+    rounds' (warm-cache) medians, which its search run did not cost. A run moving two knobs
+    counts for both, so the rows do not add up; most expensive first."""
+    base = next((t for t in raw if t.role == BASELINE), None)
+    if base is None:
+        return []
+    costs: dict[str, KnobCost] = {}
+    for t in raw:
+        m = t.measurement
+        if t.role != SEARCH or m.wall_s is None:  # a config skipped unrun counts nothing
+            continue
+        split = m.time_split()
+        run_s = split[1] if split else m.wall_s
+        for name, value in t.config.to_dict().items():
+            if name == "accumulation_steps" or value == getattr(base.config, name):
+                continue
+            c = costs.get(name, KnobCost(name))
+            costs[name] = KnobCost(
+                name, c.trials + 1, c.run_s + run_s, c.compile_s + (m.compile_s or 0.0)
+            )
+    return sorted(costs.values(), key=lambda c: c.run_s, reverse=True)
 
 
 def summarize(trials: list[TrialRecord]) -> list[TrialRecord]:
