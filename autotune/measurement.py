@@ -133,8 +133,9 @@ class Measurement:
 
     @property
     def fixed_s(self) -> float | None:
-        """The run's fixed cost: all but warm-up, compile and the timed window (process
-        start, imports, device, build, result and exit)."""
+        """The run's fixed cost: process start, imports, device, build, result and exit.
+        Not in it: warm-up, compile, the timed window, and the time no phase claims
+        (``other`` in :meth:`time_split`), so it never overstates the fixed cost."""
         split = self.time_split()
         if split is None:
             return None

@@ -290,7 +290,10 @@ def verify_result(
     if verification.same_config:
         return verification
     if any(r.config.world_size > 1 for r in (base, best)):
-        raise ArgumentError("verify runs one process per config; DDP configs are not supported")
+        raise ArgumentError(
+            "verify runs one process per config; configs of several processes "
+            "(world_size > 1: DDP or FSDP) are not supported"
+        )
     make_folder(folder, "out")
     run = run or run_child
     timeout = timeout_s if timeout_s is not None else trial.timeout_s * steps_factor
