@@ -8,14 +8,19 @@ import contextlib
 import io
 import os
 
+from conftest import WORKLOADS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autotune.cli import _parser, main
 
 # No argument list may start real work: the files are missing, malformed YAML, or a
-# mapping that is no space (errors at load, before storage or any trial).
+# mapping that is no space (errors at load, before storage or any trial); or a valid
+# space (``good.yaml``) whose study is not stored, given to the commands that read a
+# study (show, report, export, verify) and to ``validate --no-build``: their arguments
+# are then judged past the loading, against the storage and the study.
 FILES = ["missing.yaml", "bad.yaml", "nospace.yaml", "best.yaml", "-", ""]
+LOADS = {"show", "report", "export", "verify", "validate"}
 
 
 def _flags() -> dict[str, list[str]]:
@@ -45,7 +50,11 @@ values = st.one_of(
 def argv(draw) -> list[str]:
     command = draw(st.sampled_from(sorted(FLAGS)))
     args = [command]
-    if command != "knobs":
+    if command in LOADS and draw(st.booleans()):
+        args.append("good.yaml")
+        if command == "validate":
+            args.append("--no-build")  # building runs the workload: real work
+    elif command != "knobs":
         args.append(draw(st.sampled_from(FILES)))
     for flag in draw(st.lists(st.sampled_from(FLAGS[command] or ["--nope"]), max_size=4)):
         args.append(flag)
@@ -64,6 +73,7 @@ def test_any_arguments_exit_0_1_or_2_without_a_traceback(args, tmp_path):
     (tmp_path / "bad.yaml").write_text("workload: [oops\n")
     (tmp_path / "nospace.yaml").write_text("just: a mapping\n")
     (tmp_path / "best.yaml").write_text("config: {batch_size: -3}\n")
+    (tmp_path / "good.yaml").write_text(f"workload: {WORKLOADS}:tiny\n")
     out, err = io.StringIO(), io.StringIO()
     cwd = os.getcwd()
     os.chdir(tmp_path)
@@ -79,3 +89,22 @@ def test_any_arguments_exit_0_1_or_2_without_a_traceback(args, tmp_path):
     assert "Traceback" not in err.getvalue(), (args, err.getvalue())
     if code == 1:  # a user mistake: one line naming it
         assert len(err.getvalue().strip().splitlines()) == 1, (args, err.getvalue())
+
+
+def test_a_valid_space_without_a_stored_study_gets_past_loading(tmp_path):
+    """The fuzz's good.yaml reaches the storage: each study command says the space's
+    default storage does not exist (exit 1, one line), which only a loaded space can say."""
+    (tmp_path / "good.yaml").write_text(f"workload: {WORKLOADS}:tiny\n")
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        for command in ("show", "export", "verify", "report"):
+            err = io.StringIO()
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+                code = main([command, "good.yaml"])
+            assert code == 1, (command, err.getvalue())
+            said = err.getvalue()
+            assert "storage 'sqlite:///autotune.db' does not exist" in said, (command, said)
+            assert len(said.strip().splitlines()) == 1
+    finally:
+        os.chdir(cwd)

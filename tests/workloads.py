@@ -117,6 +117,19 @@ def wide() -> autotune.Workload:
     )
 
 
+def broad(hidden: int = 65536) -> autotune.Workload:
+    """Small weights, large activations: one hidden layer of ``hidden`` units, so each
+    sample holds ~1 MiB through the step and the peak grows clearly linearly with the
+    micro-batch, far above the RSS noise (what the memory model's line needs)."""
+    return autotune.Workload(
+        name="broad",
+        model=lambda: nn.Sequential(nn.Linear(16, hidden), nn.ReLU(), nn.Linear(hidden, 2)),
+        dataset=Blobs,
+        loss=_loss,
+        optimizer=lambda params: torch.optim.SGD(params, lr=0.01),
+    )
+
+
 def _sleepy_loss(model: nn.Module, batch) -> torch.Tensor:
     import time
 

@@ -89,6 +89,22 @@ def _fsdp_modules(model: torch.nn.Module) -> int:
     return sum(isinstance(m, FSDPModule) for m in model.modules())
 
 
+def _fsdp_reduce_dtypes(model: torch.nn.Module) -> list[str] | None:
+    """The dtypes FSDP2 reduce-scatters gradients in, read from each sharded module's
+    state (a private attribute of torch's: None where it is not there)."""
+    if not torch.distributed.is_available():
+        return None
+    from torch.distributed.fsdp import FSDPModule
+
+    try:
+        policies = [
+            m._get_fsdp_state()._mp_policy for m in model.modules() if isinstance(m, FSDPModule)
+        ]
+    except AttributeError:
+        return None
+    return sorted({str(p.reduce_dtype or torch.float32) for p in policies}) or None
+
+
 def applied_settings(applied: Applied) -> dict[str, Any]:
     """What :func:`autotune.apply` set up, read back from the objects it built.
 
@@ -125,6 +141,7 @@ def applied_settings(applied: Applied) -> dict[str, Any]:
             ),
             "ddp": type(inner).__name__ == "DistributedDataParallel",
             "fsdp_modules": _fsdp_modules(inner),
+            "fsdp_reduce_dtypes": _fsdp_reduce_dtypes(inner),
         },
         "optimizer": {
             "type": type(opt).__name__,

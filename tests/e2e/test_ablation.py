@@ -19,16 +19,19 @@ SPACE = """
       zero_grad_set_to_none: [false, true]
     baseline: {batch_size: 8, zero_grad_set_to_none: false}
     global_batch: 32
-    trial: {warmup_steps: 2, measured_steps: 10, timeout_s: 120}
-    # Short windows with DataLoader workers vary by up to ~13% from run to run here: a
-    # knob stays only with a median gain above 25% (the two that matter: 2-4x).
-    search: {confirm_top: 1, confirm_rounds: 3, prune: false, min_gain: 0.25}
+    # A step is one to four 30 ms collate sleeps and a few ms of compute: its time hardly
+    # varies, so the default bar (a median gain above 3%) is the one judged. The warm-up
+    # outlasts what two workers prefetch (2 x prefetch_factor 2 batches), so the window
+    # is their steady state, not a queue filled before it.
+    trial: {warmup_steps: 8, measured_steps: 10, timeout_s: 120}
+    search: {confirm_top: 1, confirm_rounds: 3, prune: false}
     budget: {n_trials: 2}
 """
 
 
 def test_the_neutral_knob_is_dropped_and_the_two_that_matter_stay(write_space, tmp_path):
     space = load_space(write_space(SPACE))
+    assert space.search.min_gain == 0.03  # the default, not a bar made for the test
     storage = f"sqlite:///{tmp_path}/study.db"
     out = tmp_path / "runs"
     tune(space, storage=storage, out_dir=out, n_trials=1)  # the baseline

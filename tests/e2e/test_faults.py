@@ -168,7 +168,7 @@ def test_ctrl_c_stops_cleanly_and_resumes(write_space, tmp_path):
             "must return autotune.Workload but returned int",
         ),
         ("workload: {workloads}:missing\n", (), "has no attribute 'missing'"),
-        ("workload: nowhere/file.py:f\n", (), "file"),
+        ("workload: nowhere/file.py:f\n", (), "nowhere/file.py does not exist"),
         (
             "workload: {workloads}:tiny\n",
             ("--storage", "sqlite:////nonexistent/dir/x.db"),

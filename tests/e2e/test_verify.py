@@ -109,6 +109,9 @@ def test_verify_runs_paired_rounds_and_prints_predicted_observed_and_error(write
     assert observed == round(data["observed_speedup"], 3)
     assert (low, high) == (round(min(ratios), 3), round(max(ratios), 3))
     assert error_pct == round(100 * data["error"], 1)
+    # The designed gap shows in both: 16 micro-batches against one, every round (a verify
+    # that ran the baseline twice, or divided the wrong way, observes ~1x or below).
+    assert predicted > 2 and observed > 2 and low > 1.5, (predicted, observed, low)
 
     # each run: a fresh process of autotune.trial.verify, its own folder, the asked steps
     for run in data["runs"]:

@@ -29,8 +29,9 @@ KNOWN = Config(
 # transformers.TrainingArguments fields this exporter may emit, as documented in
 # transformers' src/transformers/training_args.py (TrainingArguments docstring, 4.36+ and 5.x:
 # "Mixed Precision Training", "Dataloader", "Compilation", "Gradient Checkpointing",
-# "Optimizer" sections). transformers is not installed in CI on purpose (heavy); where it is
-# (the GPU image), the test checks the real dataclass and builds TrainingArguments.
+# "Optimizer" sections). The dev extras install transformers, accelerate and Lightning, so
+# the tests also check the real dataclasses and build TrainingArguments and a Trainer; where
+# one is missing, that check is skipped visibly (pytest.importorskip), never passed.
 HF_DOCUMENTED_FIELDS = {
     "per_device_train_batch_size",
     "gradient_accumulation_steps",
@@ -109,10 +110,7 @@ def test_hf_kwargs_carry_the_values_under_documented_names(tmp_path):
     assert kw["torch_compile"] is True and kw["torch_compile_mode"] == "max-autotune"
     assert kw["gradient_checkpointing"] is True
     assert "cudnn_benchmark=False (the default: nothing to set)" in text
-    try:
-        import transformers
-    except ImportError:
-        return
+    transformers = pytest.importorskip("transformers")
     fields = {f.name for f in __import__("dataclasses").fields(transformers.TrainingArguments)}
     assert set(kw) <= fields
     # Built for real as measured here: on a GPU, or on the CPU with use_cpu (bf16 is refused
@@ -120,10 +118,8 @@ def test_hf_kwargs_carry_the_values_under_documented_names(tmp_path):
     device = "cuda" if torch.cuda.is_available() else "cpu"
     kw = hf_training_arguments(KNOWN.to_dict(), device).kwargs["TrainingArguments"]
     assert set(kw) <= fields
-    try:
-        args = transformers.TrainingArguments(output_dir=str(tmp_path), **kw)
-    except ImportError:  # TrainingArguments needs accelerate
-        return
+    pytest.importorskip("accelerate")  # TrainingArguments needs it
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), **kw)
     assert args.per_device_train_batch_size == 64 and args.gradient_accumulation_steps == 2
     assert args.bf16 and args.torch_compile_mode == "max-autotune"
     assert args.device.type == device
@@ -161,10 +157,7 @@ def test_lightning_kwargs_carry_the_values_and_the_dataloader_accepts_them():
     assert "compile_mode='max-autotune': no equivalent in Trainer arguments" in text
     assert "torch.compile(model, mode='max-autotune')" in text
     assert "gradient_checkpointing=True: no equivalent" in text
-    try:  # where Lightning is installed (the GPU image has it), the Trainer takes them
-        from lightning.pytorch import Trainer
-    except ImportError:
-        return
+    Trainer = pytest.importorskip("lightning.pytorch").Trainer  # the Trainer takes them
     t = Trainer(**trainer, logger=False, enable_checkpointing=False, enable_progress_bar=False)
     assert t.accumulate_grad_batches == 2
 
@@ -263,10 +256,7 @@ def test_hf_export_maps_length_grouping_and_lists_the_other_layout_knobs():
     assert "SFTConfig(packing=True)" in packed.no_equivalent["packing"]
     padded = hf_training_arguments(Config(pad_to_multiple_of=64).to_dict())
     assert "pad_to_multiple_of=64" in padded.no_equivalent["pad_to_multiple_of"]
-    try:
-        import transformers
-    except ImportError:
-        return
+    transformers = pytest.importorskip("transformers")
     fields = {f.name for f in __import__("dataclasses").fields(transformers.TrainingArguments)}
     assert set(mapped.kwargs["TrainingArguments"]) <= fields
 
@@ -299,13 +289,9 @@ def test_sharded_configs_map_to_fsdp2_settings_and_strategies():
         "fsdp_reshard_after_forward",
         "fsdp_cpu_offload",
     }
-    try:
-        import transformers
-    except ImportError:
-        pass
-    else:
-        fields = {f.name for f in __import__("dataclasses").fields(transformers.TrainingArguments)}
-        assert set(kw) <= fields
+    transformers = pytest.importorskip("transformers")
+    fields = {f.name for f in __import__("dataclasses").fields(transformers.TrainingArguments)}
+    assert set(kw) <= fields
     root = hf_training_arguments(fsdp.replace(fsdp="root").to_dict(), "cuda")
     assert root.kwargs["TrainingArguments"]["fsdp_config"]["auto_wrap_policy"] == "NO_WRAP"
 

@@ -45,8 +45,9 @@ def _result(base_value: float = 100.0, best_value: float = 250.0) -> TuneResult:
 class FakeRun:
     """Answers a run with the samples/s listed for its batch size, one per call."""
 
-    def __init__(self, rates: dict[int, list[float]]) -> None:
+    def __init__(self, rates: dict[int, list[float]], compile_s: dict[int, float] | None = None):
         self.rates = {k: list(v) for k, v in rates.items()}
+        self.compile_s = compile_s or {}  # seconds a batch size's warm-up spends compiling
         self.calls: list[tuple[dict, Path, float]] = []
 
     def __call__(self, spec: dict, folder: Path, timeout_s: float, cap: int | None) -> dict:
@@ -62,7 +63,7 @@ class FakeRun:
             "steps": steps,
             "window_s": steps * 32 / rate,
             "warmup_steps": spec["warmup_steps"],
-            "warmup_s": 32 / rate,
+            "warmup_s": 32 / rate + self.compile_s.get(spec["config"]["batch_size"], 0.0),
             "wall_s": 1.0,
         }
 
@@ -123,6 +124,21 @@ def test_planned_steps_compares_the_planned_runs_like_the_study(tmp_path):
     # the fake's warm-up is one steady step: no compile time, so the objective is the rate
     assert (base.value, rec.value) == pytest.approx((100.0, 200.0))
     assert any(line.startswith("note: planned_steps is 10") for line in verification_lines(v))
+
+
+def test_planned_steps_charge_the_compile_to_the_planned_run(tmp_path):
+    """With a planned length, a run's value is the planned run's mean throughput: its
+    compile (the warm-up beyond a steady step) spread over ``planned_steps``. A 5 s compile
+    over 10 steps of 0.16 s: 320 samples in 6.6 s, 48.5 samples/s, not the 200 of the
+    window; a verify that ignored the planned length would observe 2x, not 0.48x."""
+    space = replace(SPACE, trial=replace(SPACE.trial, planned_steps=10))
+    fake = FakeRun({8: [100.0], 32: [200.0]}, compile_s={32: 5.0})
+    v = verify_result(space, _result(), tmp_path, rounds=1, steps_factor=1, run=fake)
+    base, rec = sorted(v.runs, key=lambda r: r.role)
+    assert base.value == pytest.approx(100.0)
+    assert rec.rate == pytest.approx(200.0)
+    assert rec.value == pytest.approx(10 * 32 / (10 * 32 / 200.0 + 5.0))
+    assert v.observed == pytest.approx(rec.value / 100.0)
 
 
 def test_the_baseline_as_recommendation_runs_nothing(tmp_path):

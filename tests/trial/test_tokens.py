@@ -137,6 +137,9 @@ def test_the_longest_batch_step_puts_a_rare_long_sample_in_the_memory_verdict(
     m_with = run_trial(with_, with_.baseline, tmp_path / "with")
     assert m_without.ok and m_with.ok, (m_without.reason, m_with.reason)
     assert m_without.peak_longest_bytes is None and m_with.longest_batch_tokens == 1280
+    # Untimed and without an optimizer step, its gradients dropped and the RNG state kept:
+    # the loss trajectory is the one without it, step for step.
+    assert len(m_with.losses) == 6 and m_with.losses == m_without.losses
     gap = m_with.peak_mem_bytes - m_without.peak_mem_bytes
     assert gap > 200 * 2**20, gap  # the (1280 x 1280) scores of 4 heads, 8 samples
     budget = (m_with.peak_mem_bytes + m_without.peak_mem_bytes) // 2
@@ -152,9 +155,20 @@ def test_lengths_that_disagree_with_the_dataset_fail_the_probe(write_space, tmp_
         probe(space, tmp_path / "probe")
 
 
-def test_recompiles_are_counted_and_the_recompile_limit_fails_the_trial(eager_inductor, tmp_path):
+def test_recompiles_are_counted_and_the_recompile_limit_fails_the_trial(
+    eager_inductor, tmp_path, monkeypatch
+):
     import torch._dynamo
+    import torch._inductor.compile_fx as compile_fx
     from conftest import WORKLOADS
+
+    fake = compile_fx.compile_fx  # eager_inductor's: the FX graph, no C++ build
+
+    def slow(gm, example_inputs, **kwargs):  # a compile of known cost: 1.5 s a graph
+        time.sleep(1.5)
+        return fake(gm, example_inputs, **kwargs)
+
+    monkeypatch.setattr(compile_fx, "compile_fx", slow)
 
     from autotune.trial.build import build
     from autotune.trial.loop import measure
@@ -168,7 +182,11 @@ def test_recompiles_are_counted_and_the_recompile_limit_fails_the_trial(eager_in
     }
     m = measure(build(spec), started=time.perf_counter())
     assert m.graphs and m.recompiles and m.recompiles >= 2  # a new length, a new graph
-    assert m.recompile_s is not None
+    # The recompiles' time left the window: each recompile in it cost 1.5 s or more (the
+    # slow compile above), three steps of this small model well under that; left in,
+    # the window would be at least the recompile time.
+    assert m.recompile_s is not None and m.recompile_s >= 1.5 * m.recompiles
+    assert m.window_s < m.recompile_s / 2, (m.window_s, m.recompile_s)
     torch._dynamo.reset()
     limit = torch._dynamo.config.recompile_limit
     torch._dynamo.config.recompile_limit = 2
