@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import docblock  # noqa: E402  (benchmarks/ is the script's folder)
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -117,4 +119,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(docblock.run(main, "core_vs_extended.py"))

@@ -14,6 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import docblock  # noqa: E402  (benchmarks/ is the script's folder)
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.distributed._tools.mem_tracker import MemTracker
@@ -68,4 +69,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(docblock.run(main, "fake_memory.py"))

@@ -16,6 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import docblock  # noqa: E402  (benchmarks/ is the script's folder)
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -47,4 +49,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(docblock.run(main, "fsdp_memory.py"))

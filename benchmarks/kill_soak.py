@@ -29,6 +29,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import docblock  # noqa: E402  (benchmarks/ is the script's folder)
 import optuna
 
 from autotune.study.procs import process_table
@@ -371,4 +372,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(docblock.run(main, "kill_soak.py"))

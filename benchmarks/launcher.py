@@ -39,6 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import docblock  # noqa: E402  (benchmarks/ is the script's folder)
 import yaml
 
 from autotune import Config
@@ -204,4 +205,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(docblock.run(main, "launcher.py"))

@@ -23,6 +23,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import docblock  # noqa: E402  (benchmarks/ is the script's folder)
+
 from autotune import Config, load_space, tune
 from autotune.measurement import OOM
 from autotune.results import DUPLICATE, TuneResult
@@ -155,4 +157,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(docblock.run(main, "memory_prediction.py"))

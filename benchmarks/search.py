@@ -18,8 +18,6 @@ import dataclasses
 import datetime
 import json
 import math
-import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -28,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from docblock import machine_text, markers, spliced
 
 from autotune import load_space, tune
 from autotune.config import Config
@@ -70,23 +69,6 @@ def record(space_path: Path, out: Path, launcher: str | None = None) -> None:
         f"{result.speedup:.2f}x over baseline; "
         f"{_fixed_text([Measurement.from_dict(r['measurement']) for r in table['measurements']])}"
     )
-
-
-def machine_text() -> str:
-    """This machine in a few words: CPU model, cores, and whether it has bf16 units
-    (bf16 autocast is fast with them, many times slower without)."""
-    model, flags = platform.processor() or "?", ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                model = value.strip()
-            elif key.strip() == "flags":
-                flags = value
-    except OSError:
-        pass
-    bf16 = "avx512_bf16" in flags or "amx_bf16" in flags
-    return f"{model}, {os.cpu_count()} cores, {'with' if bf16 else 'no'} bf16 units"
 
 
 def _measure(space, configs: list[Config]) -> dict[str, dict[str, Any]]:
@@ -367,17 +349,12 @@ def _later_text(table: dict[str, Any], space, opt_config: Config, optimum: float
 
 
 # The generated block of docs/benchmarks.md: replay rewrites what lies between these.
-BEGIN = "<!-- search.py replay: begin -->"
-END = "<!-- search.py replay: end -->"
+BEGIN, END = markers("search.py replay")
 
 
 def _spliced(document: str, block: str) -> str:
     """``document`` with its generated block replaced by ``block`` (appended if none)."""
-    if BEGIN in document and END in document:
-        head, _, rest = document.partition(BEGIN)
-        _, _, tail = rest.partition(END)
-        return head + block + tail
-    return (document.rstrip("\n") + "\n\n" if document else "") + block + "\n"
+    return spliced(document, "search.py replay", block)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,6 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import docblock  # noqa: E402  (benchmarks/ is the script's folder)
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -117,4 +118,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(docblock.run(main, "text_layout.py"))

@@ -71,7 +71,7 @@ def test_sharding_lowers_the_peak_memory_per_rank(
 
     On the CPU the peak is the trial's peak RSS. glibc's default (a dynamic mmap threshold)
     keeps freed buffers in the heap, where RSS still counts them: with it, the FSDP trial's
-    RSS peak was *higher* than DDP's here (876 against 685 MiB by benchmarks/fsdp_memory.py:
+    RSS peak was *higher* than DDP's here (by 150-200 MiB, benchmarks/fsdp_memory.py:
     all-gather and reduce-scatter buffers of many sizes, freed but kept). A fixed threshold
     returns large buffers to the system at once, so RSS follows what is live.
     """
