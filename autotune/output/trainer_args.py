@@ -106,9 +106,14 @@ class _Rules:
         return self.values.get(name, default)
 
     def cannot(self, name: str, why: str = "", how: str | None = None) -> None:
-        """Record ``name`` as not expressible: ``why`` names where, ``how`` overrides the hint."""
+        """Record ``name`` as not expressible: ``why`` names where, ``how`` overrides the hint.
+        A knob at its default needs nothing set, so it is not listed: the list holds only
+        what the user must set by hand."""
         self.seen.add(name)
-        self.no_equivalent[name] = _explain(name, self.values.get(name), why or self.target, how)
+        knob, value = KNOBS.get(name), self.values.get(name)
+        if knob is not None and value == knob.default:
+            return
+        self.no_equivalent[name] = _explain(name, value, why or self.target, how)
 
     def finish(self, kwargs: dict[str, dict[str, Any]]) -> Mapped:
         for name in self.values:
@@ -118,9 +123,6 @@ class _Rules:
 
 
 def _explain(name: str, value: Any, why: str, how: str | None = None) -> str:
-    knob = KNOBS.get(name)
-    if knob is not None and value == knob.default:
-        return f"{value!r} (the default: nothing to set)"
     if how is None:
         how = PLAIN_PYTORCH.get(name, "set it in your training code, or use autotune.apply")
     return f"{value!r}: no equivalent in {why}; {how.format(v=value)}"
@@ -224,7 +226,7 @@ def hf_training_arguments(
 def _hf_fsdp(r: _Rules, kw: dict[str, Any], block_types: Sequence[str]) -> None:
     """FSDP2 through ``TrainingArguments(fsdp=True, fsdp_config={...})`` (transformers 5)."""
     if r.values.get("fsdp", "off") == "off":
-        return  # the FSDP options are at their defaults: listed as nothing to set
+        return  # the FSDP options are at their defaults: nothing to set, not listed
     mode = r.take("fsdp")
     config: dict[str, Any] = {
         "version": 2,
