@@ -24,8 +24,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import docblock  # noqa: E402  (benchmarks/ is the script's folder)
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -119,4 +117,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    import docblock  # in this script's folder, first on sys.path
+
     sys.exit(docblock.run(main, "core_vs_extended.py"))

@@ -14,7 +14,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import docblock  # noqa: E402  (benchmarks/ is the script's folder)
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.distributed._tools.mem_tracker import MemTracker
@@ -69,4 +68,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    import docblock  # in this script's folder, first on sys.path
+
     sys.exit(docblock.run(main, "fake_memory.py"))

@@ -16,8 +16,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import docblock  # noqa: E402  (benchmarks/ is the script's folder)
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -49,4 +47,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    import docblock  # in this script's folder, first on sys.path
+
     sys.exit(docblock.run(main, "fsdp_memory.py"))

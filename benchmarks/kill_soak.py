@@ -29,7 +29,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import docblock  # noqa: E402  (benchmarks/ is the script's folder)
 import optuna
 
 from autotune.study.procs import process_table
@@ -372,4 +371,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    import docblock  # in this script's folder, first on sys.path
+
     sys.exit(docblock.run(main, "kill_soak.py"))

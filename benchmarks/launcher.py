@@ -39,7 +39,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import docblock  # noqa: E402  (benchmarks/ is the script's folder)
 import yaml
 
 from autotune import Config
@@ -205,4 +204,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    import docblock  # in this script's folder, first on sys.path
+
     sys.exit(docblock.run(main, "launcher.py"))

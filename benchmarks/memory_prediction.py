@@ -23,8 +23,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import docblock  # noqa: E402  (benchmarks/ is the script's folder)
-
 from autotune import Config, load_space, tune
 from autotune.measurement import OOM
 from autotune.results import DUPLICATE, TuneResult
@@ -157,4 +155,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    import docblock  # in this script's folder, first on sys.path
+
     sys.exit(docblock.run(main, "memory_prediction.py"))

@@ -26,7 +26,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import docblock  # noqa: E402  (benchmarks/ is the script's folder)
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -118,4 +117,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    import docblock  # in this script's folder, first on sys.path
+
     sys.exit(docblock.run(main, "text_layout.py"))
