@@ -65,6 +65,7 @@ class Measurement:
     data_share: float | None = None
     peak_longest_bytes: int | None = None  # peak memory of a step of the longest batch
     longest_batch_tokens: int | None = None  # its length (tokens per sample, padded)
+    longest_s: float | None = None  # that untimed step's wall time (between warm-up and window)
     graphs: int | None = None  # torch.compile: graphs compiled in the trial
     recompiles: int | None = None  # ... after the first step (new shapes, guards)
     recompile_s: float | None = None  # time spent compiling after the first step
@@ -124,6 +125,8 @@ class Measurement:
             "build": self.build_s or 0.0,
             "warm-up": max(0.0, (self.warmup_s or 0.0) - compile_s),
             "compile": compile_s,
+            # a token workload's untimed step of its longest samples (trial.longest_batch)
+            **({"longest batch": self.longest_s} if self.longest_s is not None else {}),
             "timed": self.window_s,
             "result and exit": self.exit_s or 0.0,
         }
@@ -134,13 +137,15 @@ class Measurement:
     @property
     def fixed_s(self) -> float | None:
         """The run's fixed cost: process start, imports, device, build, result and exit.
-        Not in it: warm-up, compile, the timed window, and the time no phase claims
+        Not in it: warm-up, compile, the longest-batch step, the timed window, and the
+        time no phase claims
         (``other`` in :meth:`time_split`), so it never overstates the fixed cost."""
         split = self.time_split()
         if split is None:
             return None
         parts, _ = split
-        return sum(v for k, v in parts.items() if k not in ("warm-up", "compile", "timed", "other"))
+        measuring = ("warm-up", "compile", "longest batch", "timed", "other")
+        return sum(v for k, v in parts.items() if k not in measuring)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

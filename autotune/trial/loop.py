@@ -48,11 +48,15 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
             compiles.first_step_done()
     warmup.stop()
     peaks = [peak_memory(device)]
-    longest = None
+    longest, longest_s = None, None
     if workload.tokens is not None and trial.get("longest_batch", True):
         reset_peak_memory(device)
+        began = time.perf_counter()
         longest = _longest_batch_step(built)
         peaks.append(peak_memory(device))
+        if device.type == "cuda":  # its kernels are queued: its time is until they finish
+            torch.cuda.synchronize(device)
+        longest_s = time.perf_counter() - began
     if int(trial["warmup_steps"]) == 0:
         compiles.first_step_done()
     reset_peak_memory(device)
@@ -122,6 +126,7 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
         data_share=data_share,
         peak_longest_bytes=peaks[1]["peak_mem_bytes"] if longest is not None else None,
         longest_batch_tokens=longest,
+        longest_s=longest_s,
         measured_steps=steps,
         window_s=window_s,
         warmup_s=warmup_s,

@@ -115,6 +115,8 @@ def test_a_trial_reports_real_tokens_per_second_and_padding(write_space, tmp_pat
     assert m.tokens_per_s == pytest.approx(m.tokens_per_step * m.measured_steps / m.window_s)
     assert m.tokens_per_step < 8 * 96  # real tokens only: below the padded width
     assert 0.2 < m.padding_share < 0.95
+    # The untimed longest-batch step is timed on its own and named in the time split.
+    assert m.longest_s and m.time_split()[0]["longest batch"] == m.longest_s
     assert m.peak_longest_bytes is not None and m.longest_batch_tokens == max(
         (8 + torch.rand(256, generator=torch.Generator().manual_seed(0)) ** 3 * 88).long().tolist()
     )
