@@ -427,3 +427,67 @@ def deep(hidden: int = 2048, depth: int = 4) -> autotune.Workload:
         optimizer=lambda params: torch.optim.AdamW(params, lr=1e-4),
         blocks=lambda model: list(model.blocks),
     )
+
+
+# A stack of Linear layers without bias: its FLOPs are known (tests/trial/test_flops.py).
+LINEAR_WIDTHS = (64, 128, 96, 10)
+
+
+class Vectors(torch.utils.data.Dataset):
+    def __init__(self, n: int = 256, dim: int = LINEAR_WIDTHS[0], seed: int = 0) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.x = torch.randn(n, dim, generator=g)
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int):
+        return self.x[i]
+
+
+def linear_stack(widths: tuple[int, ...] = LINEAR_WIDTHS) -> autotune.Workload:
+    """Linear layers without bias (and no activation): one step of a batch of B samples
+    is 2 x weights x B FLOPs forward, twice that backward, less the first layer's input
+    gradient (the input needs none)."""
+    return autotune.Workload(
+        name="linear-stack",
+        model=lambda: nn.Sequential(*[nn.Linear(a, b, bias=False) for a, b in pairs(widths)]),
+        dataset=Vectors,
+        loss=lambda model, x: model(x).pow(2).mean(),
+        optimizer=lambda params: torch.optim.SGD(params, lr=0.01),
+    )
+
+
+def pairs(widths: tuple[int, ...]) -> list[tuple[int, int]]:
+    return list(zip(widths, widths[1:], strict=False))
+
+
+@torch.library.custom_op("autotune_tests::opaque_scale", mutates_args=())
+def opaque_scale(x: torch.Tensor) -> torch.Tensor:
+    """A custom kernel: the FLOP counter has no formula for it."""
+    return x * 2
+
+
+@opaque_scale.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+class OpaqueFirst(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = nn.Linear(LINEAR_WIDTHS[0], 10, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(opaque_scale(x))
+
+
+def custom_kernel() -> autotune.Workload:
+    """A model that runs a custom op before its Linear: its step cannot be counted."""
+    return autotune.Workload(
+        name="custom-kernel",
+        model=OpaqueFirst,
+        dataset=Vectors,
+        loss=lambda model, x: model(x).pow(2).mean(),
+        optimizer=lambda params: torch.optim.SGD(params, lr=0.01),
+    )
