@@ -22,6 +22,7 @@ from typing import Any
 from ..config import Config
 from ..errors import WorkloadError
 from ..measurement import FAILED, OOM, PRUNED, SPAWNED_AT, STACKS_SIGNAL, TIMEOUT, Measurement
+from ..mfu import peak_keys
 from ..space import Space
 from . import launcher, stacks
 from .compile_cache import compile_cache, keep_machine_probe, machine_probe
@@ -240,7 +241,15 @@ def probe(space: Space, folder: Path) -> dict[str, Any]:
     Raises:
         WorkloadError: the workload cannot be loaded or built.
     """
-    spec = {**_base_spec(space), "mode": "probe", "lengths_path": str(folder / "lengths.json")}
+    spec = {
+        **_base_spec(space),
+        "mode": "probe",
+        "lengths_path": str(folder / "lengths.json"),
+        # MFU: the baseline's step is FLOP-counted, the peaks of these dtypes measured
+        "baseline": space.baseline.to_dict(),
+        "seed": space.trial.seed,
+        "peak_keys": peak_keys(space.knobs, space.baseline),
+    }
     vec_isa = machine_probe(space, folder)
     env = None
     if vec_isa is not None:  # inductor's vector-ISA probe, once for every config's cache

@@ -28,6 +28,8 @@ from ..measurement import OK
 from ..workload import Workload
 from .apply import collate_for, rebuild_optimizer, resolve_device, sdpa_backend, to_device
 from .build import load
+from .flops import model_flops
+from .peak import peak_facts
 from .tokens import dataset_lengths
 
 _ATTENTION_CALLS = {"scaled_dot_product_attention", "multi_head_attention_forward"}
@@ -224,9 +226,11 @@ def nvml_info(pci_bus_id: str | None = None, index: int = 0) -> dict[str, Any]:
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
         mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
         driver = pynvml.nvmlSystemGetDriverVersion()
+        name = pynvml.nvmlDeviceGetName(handle)
         return {
             "driver": driver.decode() if isinstance(driver, bytes) else driver,
             "nvml_total_bytes": int(mem.total),
+            "nvml_name": name.decode() if isinstance(name, bytes) else name,
         }
     except pynvml.NVMLError:
         return {}
@@ -297,7 +301,28 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
     env = {**environment(device.type), "workload_block_types": block_types}
     if spec.get("vec_isa") and device.type == "cpu" and caps["compile"]:
         env["cpu_vec_isa"] = vec_isa()
+    if "baseline" in spec:  # the study's probe: what MFU needs
+        baseline = Config.from_dict(spec["baseline"])
+        seed = int(spec.get("seed", 0))
+        env["model_flops"] = model_flops(workload, dataset, baseline, device, seed)
+        keys = usable_peak_keys(spec.get("peak_keys", ["fp32"]), caps)
+        env.update(peak_facts(keys, device, env.get("nvml_name") or env.get("device_name")))
     return {"status": OK, "capabilities": caps, "environment": env, "workload": facts}
+
+
+def usable_peak_keys(keys: list[str], caps: dict[str, Any]) -> list[str]:
+    """The peak keys (:func:`autotune.mfu.peak_keys`) a config can compute in here: bf16
+    and fp16 where autocast runs them, an fp32 matmul precision where it changes the
+    matmul (:func:`matmul_precisions`)."""
+    usable = []
+    for key in keys:
+        dtype, _, precision = key.partition("-")
+        if dtype in ("bf16", "fp16") and not caps.get(dtype):
+            continue
+        if precision and precision not in caps.get("matmul_precisions", ()):
+            continue
+        usable.append(key)
+    return usable
 
 
 def vec_isa() -> str:

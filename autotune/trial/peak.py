@@ -1,0 +1,99 @@
+"""This machine's peak FLOP rate, measured: a matmul microbenchmark per compute dtype.
+
+Run in the probe for the dtypes the space can use (:func:`autotune.mfu.peak_keys`), so
+that a config's MFU is against what this machine reaches, not a datasheet. Square
+matmuls grow (doubling) until the rate stops rising: the plateau. On CUDA the
+datasheet peak of a GPU NVML names is recorded beside it (:data:`autotune.mfu.DATASHEET`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from ..mfu import DTYPE_OF, datasheet_peaks
+
+# Square sizes tried, smallest first, until the rate rises by less than PLATEAU_GAIN.
+# How the plateau was found: on the 2-core AMD EPYC (avx512_bf16, torch 2.13 CPU) the
+# rate at sizes 128, 256, 512, 1024, 2048 was, in GFLOP/s, fp32 152, 191, 201, 186, 192
+# and bf16 157, 354, 424, 441, 426: flat (within the ~5% noise of a 0.08 s timing) from
+# 256 for fp32 and from 512-1024 for bf16. The doubling from 256 stops there; both dtypes
+# took 0.43 s together. A GPU needs larger matmuls (H100/H200: ~8192 for bf16).
+START = {"cpu": 256, "cuda": 2048}
+LARGEST = {"cpu": 2048, "cuda": 16384}
+PLATEAU_GAIN = 0.05
+# Each size is timed for at least this long (after one untimed matmul).
+TIME_PER_SIZE_S = 0.08
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matmul_rate(n: int, dtype: torch.dtype, device: torch.device) -> float:
+    """FLOP/s of ``n x n @ n x n`` matmuls in ``dtype`` (``2 n^3`` FLOPs each)."""
+    g = torch.Generator(device=device).manual_seed(0)
+    a = torch.randn(n, n, generator=g, device=device).to(dtype)
+    b = torch.randn(n, n, generator=g, device=device).to(dtype)
+    a @ b  # untimed: the library's first-call set-up
+    _sync(device)
+    reps, start = 0, time.perf_counter()
+    while True:
+        a @ b
+        reps += 1
+        _sync(device)
+        elapsed = time.perf_counter() - start
+        if elapsed >= TIME_PER_SIZE_S and reps >= 2:
+            return 2 * n**3 * reps / elapsed
+
+
+def plateau(dtype: torch.dtype, device: torch.device) -> tuple[float, int]:
+    """The highest matmul rate (FLOP/s) and the size that reached it, doubling the size
+    until the rate rises by less than :data:`PLATEAU_GAIN`."""
+    n, best, size = START[device.type], 0.0, 0
+    while n <= LARGEST[device.type]:
+        rate = matmul_rate(n, dtype, device)
+        if rate > best:
+            rising = rate > best * (1 + PLATEAU_GAIN)
+            best, size = rate, n
+            if not rising:
+                break
+        else:
+            break
+        n *= 2
+    return best, size
+
+
+def measured_peaks(keys: list[str], device: torch.device) -> dict[str, Any]:
+    """Each key's measured peak: ``{key: {"flops_per_s", "size"}}``, or ``{"error"}``
+    for one that cannot run here. ``fp32-high``/``fp32-medium`` run fp32 matmuls under
+    that ``set_float32_matmul_precision``."""
+    out: dict[str, Any] = {}
+    before = torch.get_float32_matmul_precision()
+    try:
+        for key in keys:
+            dtype_name, _, precision = key.partition("-")
+            torch.set_float32_matmul_precision(precision or "highest")
+            try:
+                rate, size = plateau(getattr(torch, DTYPE_OF[dtype_name]), device)
+            except RuntimeError as exc:  # e.g. no fp16 matmul on this CPU
+                out[key] = {"error": str(exc).splitlines()[0][:200]}
+                continue
+            out[key] = {"flops_per_s": rate, "size": size}
+    finally:
+        torch.set_float32_matmul_precision(before)
+    return out
+
+
+def peak_facts(keys: list[str], device: torch.device, gpu_name: str | None) -> dict[str, Any]:
+    """What the environment records: the measured peaks and, for a GPU NVML names that
+    :data:`autotune.mfu.DATASHEET` knows, its datasheet peaks."""
+    facts: dict[str, Any] = {"peak_flops": measured_peaks(keys, device)}
+    if device.type == "cuda" and gpu_name:
+        sheet = datasheet_peaks(gpu_name)
+        if sheet is not None:
+            facts["datasheet_flops"] = sheet
+    return facts
