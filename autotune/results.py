@@ -16,6 +16,7 @@ import yaml
 from .config import Config
 from .credentials import redact_url
 from .measurement import OK, PRUNED, Measurement, fixed_cost
+from .mfu import Mfu, mfu_of, shown, unavailable
 from .planned import Plan, Projection, project
 
 # Roles of a trial: the baseline (trial 0), a config the search measured, a proposal of a
@@ -291,6 +292,18 @@ class TuneResult:
         """What the objective counts: ``tokens`` (real tokens, token workloads) or ``samples``."""
         units = {t.measurement.unit for t in self.trials if t.measurement.rate}
         return "tokens" if "tokens" in units else "samples"
+
+    def mfu(self, record: TrialRecord | None) -> Mfu | None:
+        """A config's MFU (:func:`autotune.mfu.mfu_of`: the one computation behind every
+        view), from its (aggregated) measurement and the study's probe figures."""
+        if record is None:
+            return None
+        return mfu_of(record.measurement, record.config, self.environment)
+
+    @property
+    def mfu_shown(self) -> bool:
+        """Whether views show MFU (the study's probe counted, or tried to count, FLOPs)."""
+        return shown(self.environment)
 
     @property
     def memory_label(self) -> str:
@@ -652,6 +665,13 @@ def recommendation(result: TuneResult) -> dict[str, Any]:
             measured["speedup"] = round(result.speedup, 3)
         if best.ratio_range is not None:
             measured["speedup_range"] = [round(x, 3) for x in best.ratio_range]
+    if result.mfu_shown:
+        found, base_mfu = result.mfu(best), result.mfu(base)
+        measured["mfu"] = found.to_dict() if found else None
+        if base is not None:
+            measured["baseline_mfu"] = base_mfu.to_dict() if base_mfu else None
+        if unavailable(result.environment):
+            measured["mfu_unavailable"] = unavailable(result.environment)
     if result.global_batch is None:
         measured["warning"] = FREE_BATCH_WARNING
     out: dict[str, Any] = {

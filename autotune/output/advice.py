@@ -19,7 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..config import Config
+from ..errors import AutotuneError
 from ..measurement import OK, PRUNED
+from ..mfu import peak_name
 from ..results import TuneResult
 from ..study.scoring import PREDICTED_OVER_MEMORY
 
@@ -33,6 +36,9 @@ COMPUTE_SHARE = 0.70
 CONVERSION_SHARE = 0.15
 GPU_BUSY = 0.60
 PADDING_SHARE = 0.20
+# MFU (of the measured peak) at or above HIGH_MFU is near the limit; below LOW_MFU, far.
+HIGH_MFU = 0.50
+LOW_MFU = 0.20
 CONVERSION_OPS = ("aten::copy_", "aten::to", "aten::_to_copy")
 # The phases autocast casts in: its weight and activation casts run in forward, their
 # gradients' casts in backward.
@@ -59,6 +65,8 @@ class Evidence:
     best_value: float
     cpu_count: int | None = None
     global_batch: int | None = None
+    # config key -> (MFU, the peak it is of), for the configs that have one
+    mfu: tuple[tuple[str, float, str], ...] = ()
 
     @classmethod
     def from_result(cls, result: TuneResult) -> Evidence | None:
@@ -70,13 +78,27 @@ class Evidence:
             for t in result.trials
             if t.status != PREDICTED_OVER_MEMORY
         )
+        mfu = tuple(
+            (t.config.key(), found.mfu, found.peak)
+            for t in result.trials
+            if (found := result.mfu(t)) is not None
+        )
         return cls(
             rows,
             result.best.config.to_dict(),
             result.best.value,
             cpu_count=result.environment.get("cpu_count"),
             global_batch=result.global_batch,
+            mfu=mfu,
         )
+
+    def mfu_of(self, config: dict[str, Any]) -> tuple[float, str] | None:
+        """The MFU and its peak of a measured config (as a dict), if it has one."""
+        try:
+            key = Config.from_dict(config).key()
+        except AutotuneError:
+            return None
+        return next(((m, peak) for k, m, peak in self.mfu if k == key), None)
 
     def measured(self, knob: str, wanted: Callable[[Any], bool]) -> str | None:
         """How the measured configs with a wanted value of ``knob`` did; ``None`` if none was
@@ -450,6 +472,49 @@ def _recompile_tip(step: Step) -> str | None:
     return _suggest(head, ideas, step.evidence, then=then if not ideas else "")
 
 
+_PHASE_WORDS = {
+    "data": "data loading",
+    "to_device": "the copy to the device",
+    "compute": "forward and backward",
+    "optimizer": "the optimizer step",
+    "sync": "waiting on the device",
+    "other": "time outside the step's parts",
+}
+
+
+def _largest_phase(step: Step, exclude: tuple[str, ...] = ()) -> tuple[str, float]:
+    """The largest part of the step (forward and backward counted together)."""
+    shares = dict(step.profile["shares"])
+    shares["compute"] = shares.pop("forward", 0.0) + shares.pop("backward", 0.0)
+    name, share = max(((k, v) for k, v in shares.items() if k not in exclude), key=lambda kv: kv[1])
+    return _PHASE_WORDS.get(name, name), share
+
+
+def _mfu_tip(step: Step) -> str | None:
+    """How far the profiled config is from this machine's measured peak (its MFU, from
+    the study): near it, no knob will help much; far from it, where the step goes."""
+    found = step.evidence.mfu_of(step.config) if step.evidence else None
+    if found is None or not step.profile.get("shares"):
+        return None
+    mfu, peak = found
+    of = f"{_pct(mfu)} of this machine's measured {peak_name(peak)} peak (MFU)"
+    if mfu >= HIGH_MFU:
+        rest, share = _largest_phase(step, exclude=("compute",))
+        return (
+            f"compute-bound near the peak, {of}: further knobs will not help much; the rest "
+            f"is {rest} ({_pct(share)} of the step) and the elementwise work the FLOP count "
+            "leaves out; beyond that, fewer FLOPs per sample (a smaller model) or a dtype "
+            "with a higher peak"
+        )
+    if mfu < LOW_MFU:
+        phase, share = _largest_phase(step)
+        return (
+            f"far from the machine's limit, {of}: the largest part of the step is {phase} "
+            f"({_pct(share)}); start there"
+        )
+    return None
+
+
 # The rules, in the order their advice is given. Each fires on a threshold above and checks
 # the config, the phase its ops ran in and the caps of the knobs it suggests.
 RULES: tuple[Callable[[Step], str | None], ...] = (
@@ -463,6 +528,7 @@ RULES: tuple[Callable[[Step], str | None], ...] = (
     _other_tip,
     _padding_tip,
     _recompile_tip,
+    _mfu_tip,
 )
 
 

@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..measurement import TOKENS
+from ..mfu import LABEL, mfu_of, shown
 from ..results import REPEAT, TrialRecord, TuneResult
 from ..study.reporter import Reporter
 from ..study.scoring import PREDICTED_OVER_MEMORY
@@ -42,6 +43,17 @@ class ConsoleReporter(Reporter):
     def __init__(self, console: Console | None = None, prefix: str = "") -> None:
         self.console = console or make_console()
         self.prefix = escape(prefix)
+        self.machine: dict[str, Any] = {}
+
+    def environment(self, environment: dict[str, Any]) -> None:
+        self.machine = environment
+
+    def _mfu(self, record: TrialRecord) -> str:
+        """`` | MFU 12% fp32`` for an ok trial of a study with MFU; ``-`` without one."""
+        if not shown(self.machine):
+            return ""
+        found = mfu_of(record.measurement, record.config, self.machine)
+        return f" | {LABEL} {found.text() if found else '-'}"
 
     def note(self, message: str) -> None:
         self.console.print(f"{self.prefix}[dim]note:[/dim] {message}")
@@ -63,7 +75,7 @@ class ConsoleReporter(Reporter):
         self.console.print(
             f"{self.prefix}{head} #{record.number} {escape(f'[{record.role}]')} "
             f"{record.config.short()} | "
-            f"{rate_text(record.measurement)} | {status} | {best_text}"
+            f"{rate_text(record.measurement)}{self._mfu(record)} | {status} | {best_text}"
         )
 
 
@@ -81,6 +93,7 @@ def summary_table(result: TuneResult) -> Table:
     table = Table(title=title)
     columns = ["#", "role", "config", "status", rate, "vs baseline", result.memory_label]
     columns += ["padding"] if tokens else []
+    columns += [LABEL] if result.mfu_shown else []
     columns += ["compile s", "step cv"]
     paired = any(t.ratios for t in result.trials)
     for col in columns:
@@ -100,6 +113,9 @@ def summary_table(result: TuneResult) -> Table:
         ]
         if tokens:
             row.append(f"{m.padding_share:.0%}" if m.padding_share is not None else "-")
+        if result.mfu_shown:
+            found = result.mfu(t)
+            row.append(found.text() if found else "-")
         row += [compile_cell(t), f"{m.step_time_cv:.1%}" if m.step_time_cv is not None else "-"]
         table.add_row(*row)
     return table

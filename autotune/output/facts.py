@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from ..knobs import show
 from ..measurement import TOKENS, Measurement
+from ..mfu import LABEL, MEANING, describe, peak_name, unavailable
 from ..results import (
     FREE_BATCH_WARNING,
     Contribution,
@@ -192,6 +193,39 @@ def _search_facts(result: TuneResult) -> list[Fact]:
     return facts
 
 
+def mfu_text(result: TuneResult) -> str | None:
+    """``recommended: 38% of this machine's measured bf16 peak; baseline 11%`` (the
+    baseline's peak named when it is another dtype's); ``None`` without an MFU."""
+    best, base = result.mfu(result.best), result.mfu(result.baseline)
+    if best is None:
+        return None
+    text = f"recommended: {best.mfu:.0%} of this machine's measured {peak_name(best.peak)} peak"
+    if base is not None:
+        same = base.peak == best.peak
+        text += f"; baseline {base.mfu:.0%}" + ("" if same else f" of its {peak_name(base.peak)}")
+    if best.datasheet is not None:
+        text += f" ({best.datasheet:.0%} of the datasheet's)"
+    return text
+
+
+def _mfu_facts(result: TuneResult) -> list[Fact]:
+    """The recommendation's and the baseline's MFU and what they are measured against,
+    or the one line saying why there is none."""
+    if not result.mfu_shown:
+        return []
+    reason = unavailable(result.environment)
+    if reason:
+        return [Fact("mfu", f"no {LABEL}", reason)]
+    facts = []
+    text = mfu_text(result)
+    if text:
+        facts.append(Fact("mfu", f"{LABEL} ({MEANING})", text))
+    basis = describe(result.environment)
+    if basis:
+        facts.append(Fact("mfu_basis", f"{LABEL} basis", basis))
+    return facts
+
+
 def summary_facts(result: TuneResult) -> list[Fact]:
     """Everything the summary says about a study, in reading order."""
     facts: list[Fact] = []
@@ -266,6 +300,7 @@ def summary_facts(result: TuneResult) -> list[Fact]:
                 WARNING,
             )
         )
+    facts += _mfu_facts(result)
     projection = result.projection
     if projection is not None:
         facts.append(Fact("planned_run", projection.label, projection.text()))

@@ -29,6 +29,7 @@ PHASE_COLOURS = {
 def trial_data(t: TrialRecord, result: TuneResult) -> dict[str, Any]:
     """One trial's row of the report (``report.json`` and the HTML table)."""
     m = t.measurement
+    found = result.mfu(t)
     return {
         "number": t.number,
         "role": t.role,
@@ -52,6 +53,9 @@ def trial_data(t: TrialRecord, result: TuneResult) -> dict[str, Any]:
         "warmup_s": m.warmup_s,
         "step_time_cv": m.step_time_cv,
         "loss_deviation": t.loss_deviation,
+        "mfu": found.mfu if found else None,  # of the measured peak of "mfu_peak"
+        "mfu_peak": found.peak if found else None,
+        "model_flops_per_s": found.flops_per_s if found else None,
     }
 
 
@@ -89,6 +93,10 @@ _CAPTIONS = {
     "trials are drawn in their own styles (see the legend) and are never on the front.",
     "importances": "How much of the throughput's variation each knob explains (Optuna's "
     "PED-ANOVA, over feasible trials). A knob near 0 barely matters on this machine.",
+    "mfu": "Throughput against MFU (model FLOPs/s over this machine's measured matmul "
+    "peak of the dtype the config computes in; not counting recomputation or padding), one "
+    "point per ok config. Configs of one dtype lie on one line through the origin: moving "
+    "along it is speed; a config far left of 100% has room the hardware could give.",
     "slice": "Per-knob effect: every trial's throughput against the value of each knob "
     "(real values, not Optuna's indexes; ok trials shaded by trial number, infeasible and "
     "pruned ones in their own styles). A clear trend says which way to move the knob.",
@@ -228,11 +236,15 @@ def _profile_html(
     return "\n".join(parts)
 
 
+def _mfu_cell(d: dict[str, Any]) -> str:
+    return "-" if d["mfu"] is None else f"{d['mfu']:.0%} {d['mfu_peak']}"
+
+
 def _trials_html(result: TuneResult) -> str:
     head = (
         f"<tr><th>#</th><th>role</th><th>config</th><th>status</th><th>{result.unit}/s</th>"
         f"<th>vs baseline</th><th>{result.memory_label}</th><th>compile s</th><th>step cv</th>"
-        "<th>loss dev.</th></tr>"
+        "<th>loss dev.</th>" + ("<th>MFU</th>" if result.mfu_shown else "") + "</tr>"
     )
     rows = []
     for t in result.trials:
@@ -250,7 +262,9 @@ def _trials_html(result: TuneResult) -> str:
             f"<td class='num'>{_e(fmt_bytes(d['peak_mem_bytes']))}</td>"
             f"<td class='num'>{_e(compile_cell(t))}</td>"
             f"<td class='num'>{_num(d['step_time_cv'], '.1%')}</td>"
-            f"<td class='num'>{_num(d['loss_deviation'], '.2%')}</td></tr>"
+            f"<td class='num'>{_num(d['loss_deviation'], '.2%')}</td>"
+            + (f"<td class='num'>{_e(_mfu_cell(d))}</td>" if result.mfu_shown else "")
+            + "</tr>"
         )
     return f"<table>{head}{''.join(rows)}</table>"
 

@@ -332,18 +332,57 @@ def _slice(
     return axes
 
 
+def _mfu_axes(points: list[dict[str, Any]], rate_name: str, plt: Any) -> Any:
+    """Throughput against MFU, one point per ok config, coloured by the peak it is
+    measured against (configs of one dtype lie on one line through the origin)."""
+    if not points:
+        raise ValueError("no ok config has an MFU")
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    peaks = sorted({p["peak"] for p in points})
+    palette = ("tab:blue", "tab:green", "tab:purple", "tab:brown", "tab:olive")
+    colours = dict(zip(peaks, palette, strict=False))
+    for peak in peaks:
+        mine = [p for p in points if p["peak"] == peak]
+        ax.scatter(
+            [100 * p["mfu"] for p in mine],
+            [p["rate"] for p in mine],
+            color=colours.get(peak, "tab:gray"),
+            label=f"of the measured {peak} peak",
+            zorder=2,
+        )
+    for p in points:
+        tag = f"#{p['number']}" + (" baseline" if p["baseline"] else "")
+        tag += " recommended" if p["best"] else ""
+        xy = (100 * p["mfu"], p["rate"])
+        ax.annotate(tag, xy, fontsize="x-small", alpha=0.8)
+        if p["best"]:
+            ax.scatter(*xy, s=160, facecolors="none", edgecolors="red", zorder=3)
+    ax.set_xlim(0, max(100.0, 105 * max(p["mfu"] for p in points)))
+    ax.set_ylim(0, 1.1 * max(p["rate"] for p in points))
+    ax.set_xlabel("MFU (% of this machine's measured matmul peak)")
+    ax.set_ylabel(rate_name)
+    ax.legend(loc="lower right", fontsize="small")
+    ax.set_title("Throughput vs MFU: how far each config is from the machine's limit")
+    return ax
+
+
 def draw_plots(
     study: optuna.Study,
     *,
     objective_name: str = "samples/s",
     baseline_value: float | None = None,
     memory_budget_bytes: int | None = None,
+    mfu_points: list[dict[str, Any]] | None = None,
+    rate_name: str = "samples/s",
 ) -> tuple[dict[str, Any], list[str]]:
     """Draw the report's figures (matplotlib, headless); the caller saves and closes them.
 
+    ``mfu_points``: per ok config ``number``, ``rate`` (steady state, ``rate_name``),
+    ``mfu``, ``peak``, ``best``, ``baseline``; ``None`` for a study without MFU.
+
     Returns:
-        Plot name -> figure (``history``, ``pareto``, ``importances``, ``slice``), and
-        notes on the plots that could not be drawn and why.
+        Plot name -> figure (``history``, ``pareto``, ``importances``, ``slice``,
+        ``mfu``), and notes on the plots that could not be drawn and why.
     """
     plt = _matplotlib()
     from optuna.visualization import matplotlib as ovm
@@ -448,6 +487,8 @@ def draw_plots(
         draw("slice", lambda: _slice(valued, dists, objective_name, plt))
     else:
         notes.append("slice plot not drawn: no searched knobs")
+    if mfu_points is not None:
+        draw("mfu", lambda: _mfu_axes(mfu_points, rate_name, plt))
     return figures, notes
 
 
@@ -458,12 +499,14 @@ def write_plots(
     objective_name: str = "samples/s",
     baseline_value: float | None = None,
     memory_budget_bytes: int | None = None,
+    mfu_points: list[dict[str, Any]] | None = None,
+    rate_name: str = "samples/s",
 ) -> tuple[dict[str, Path], list[str]]:
     """Draw the report's PNGs into ``folder`` (see :func:`draw_plots`).
 
     Returns:
-        Plot name -> file (``history``, ``pareto``, ``importances``, ``slice``), and
-        notes on the plots that could not be drawn and why.
+        Plot name -> file (``history``, ``pareto``, ``importances``, ``slice``, ``mfu``),
+        and notes on the plots that could not be drawn and why.
     """
     plt = _matplotlib()
     figures, notes = draw_plots(
@@ -471,6 +514,8 @@ def write_plots(
         objective_name=objective_name,
         baseline_value=baseline_value,
         memory_budget_bytes=memory_budget_bytes,
+        mfu_points=mfu_points,
+        rate_name=rate_name,
     )
     folder.mkdir(parents=True, exist_ok=True)
     files: dict[str, Path] = {}

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import mfu
 from ..errors import ArgumentError, make_folder
 from ..results import DUPLICATE, TrialRecord, TuneResult, aggregation_text
 from ..space import Space
@@ -119,6 +120,8 @@ def make_report(
         objective_name=objective,
         baseline_value=result.baseline.value if result.baseline else None,
         memory_budget_bytes=result.memory_budget_bytes,
+        mfu_points=mfu_points(result),
+        rate_name=f"{result.unit}/s (steady state)",
     )
     notes += plot_notes
     data = folder / "report.json"
@@ -154,6 +157,47 @@ def report_data(result: TuneResult, profiles: dict[int, dict[str, Any]]) -> dict
         "status_counts": result.status_counts(),
         "screening": result.screening,
         "knob_time": [c.to_dict() for c in result.knob_costs()],
+        "mfu": _mfu_data(result),
         "trials": [trial_data(t, result) for t in result.trials if t.role != DUPLICATE],
         "profiles": {str(n): {**p, "advice": advice(p, evidence)} for n, p in profiles.items()},
+    }
+
+
+def mfu_points(result: TuneResult) -> list[dict[str, Any]] | None:
+    """The MFU plot's points: every ok config with an MFU (``None`` for a study without)."""
+    if not result.mfu_shown or mfu.unavailable(result.environment):
+        return None
+    best, base = result.best, result.baseline
+    points = []
+    for t in result.trials:
+        found = result.mfu(t)
+        if found is None or t.role == DUPLICATE:
+            continue
+        points.append(
+            {
+                "number": t.number,
+                "rate": t.measurement.rate,
+                "mfu": found.mfu,
+                "peak": found.peak,
+                "best": best is not None and t.number == best.number,
+                "baseline": base is not None and t.number == base.number,
+            }
+        )
+    return points
+
+
+def _mfu_data(result: TuneResult) -> dict[str, Any] | None:
+    """The recommendation's and the baseline's MFU, what they stand on, or why none."""
+    if not result.mfu_shown:
+        return None
+    best, base = result.mfu(result.best), result.mfu(result.baseline)
+    return {
+        "kind": f"{mfu.LABEL}: {mfu.MEANING}",
+        "recommended": best.to_dict() if best else None,
+        "baseline": base.to_dict() if base else None,
+        "unavailable": mfu.unavailable(result.environment),
+        "basis": mfu.describe(result.environment),
+        "model_flops": mfu.model_flops(result.environment),
+        "peak_flops": result.environment.get("peak_flops"),
+        "datasheet_flops": result.environment.get("datasheet_flops"),
     }

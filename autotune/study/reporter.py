@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..results import TrialRecord
 
 
@@ -10,6 +12,10 @@ class Reporter:
 
     def note(self, message: str) -> None:
         """A sentence about the study: a dropped knob, a stale trial re-queued..."""
+
+    def environment(self, environment: dict[str, Any]) -> None:
+        """The machine and workload the probe found (peaks and model FLOPs for MFU),
+        before the first trial."""
 
     def trial(
         self,

@@ -20,6 +20,7 @@ from typing import Any
 
 import optuna
 
+from .. import mfu
 from ..config import Config
 from ..errors import ArgumentError, SpaceError, make_folder
 from ..knobs import Capabilities
@@ -136,6 +137,11 @@ class Tuner:
             )
         for note in self.notes:
             self.reporter.note(note)
+        self.reporter.environment(self.environment)
+        if mfu.unavailable(self.environment):
+            self.reporter.note(f"no {mfu.LABEL}: {mfu.unavailable(self.environment)}")
+        elif mfu.describe(self.environment):
+            self.reporter.note(f"{mfu.LABEL} basis: {mfu.describe(self.environment)}")
         self.memory_budget = self.space.limits.memory_bytes(
             self.environment.get("device_memory_bytes")
         )

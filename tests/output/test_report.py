@@ -22,7 +22,8 @@ def report(small_study):
 def test_report_files_exist_and_hold_every_trial(report, small_study):
     result = small_study[3]
     assert report.folder.name == "report" and report.html.exists() and report.data.exists()
-    assert set(report.plots) == {"history", "pareto", "importances", "slice"}, report.notes
+    plots = {"history", "pareto", "importances", "slice", "mfu"}
+    assert set(report.plots) == plots, report.notes
     for png in report.plots.values():
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
     page = report.html.read_text()
@@ -37,6 +38,9 @@ def test_report_files_exist_and_hold_every_trial(report, small_study):
     for png in report.plots.values():
         assert f"src='{png.name}'" in page
     assert data["best"] == result.best.number and data["baseline"] == result.baseline.number
+    # a real study's probe counted the FLOPs and measured the peak: every ok trial has MFU
+    assert data["mfu"]["unavailable"] is None and data["mfu"]["recommended"]["mfu"] > 0
+    assert all(d["mfu"] for d in data["trials"] if d["status"] == "ok")
     assert data["speedup"] == pytest.approx(result.speedup)
     assert data["status_counts"] == result.status_counts()
     assert "Where the step time goes" in page and "Chrome trace" in page
