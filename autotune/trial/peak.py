@@ -15,12 +15,13 @@ import torch
 
 from ..mfu import DTYPE_OF, datasheet_peaks
 
-# Square sizes tried, smallest first, until the rate rises by less than PLATEAU_GAIN.
+# Square sizes tried, smallest first, until two in a row raise the best rate by less than
+# PLATEAU_GAIN.
 # How the plateau was found: on the 2-core AMD EPYC (avx512_bf16, torch 2.13 CPU) the
 # rate at sizes 128, 256, 512, 1024, 2048 was, in GFLOP/s, fp32 152, 191, 201, 186, 192
 # and bf16 157, 354, 424, 441, 426: flat (within the ~5% noise of a 0.08 s timing) from
-# 256 for fp32 and from 512-1024 for bf16. The doubling from 256 stops there; both dtypes
-# took 0.43 s together. A GPU needs larger matmuls (H100/H200: ~8192 for bf16).
+# 256 for fp32 and from 512-1024 for bf16, where the doubling from 256 stops (about a
+# second for both dtypes). A GPU needs larger matmuls (H100/H200: ~8192 for bf16).
 START = {"cpu": 256, "cuda": 2048}
 LARGEST = {"cpu": 2048, "cuda": 16384}
 PLATEAU_GAIN = 0.05
@@ -52,17 +53,14 @@ def matmul_rate(n: int, dtype: torch.dtype, device: torch.device) -> float:
 
 def plateau(dtype: torch.dtype, device: torch.device) -> tuple[float, int]:
     """The highest matmul rate (FLOP/s) and the size that reached it, doubling the size
-    until the rate rises by less than :data:`PLATEAU_GAIN`."""
-    n, best, size = START[device.type], 0.0, 0
-    while n <= LARGEST[device.type]:
+    until two sizes in a row do not raise the best rate by :data:`PLATEAU_GAIN` (one
+    slow size, a moment another process took a core, does not end the search)."""
+    n, best, size, flat = START[device.type], 0.0, 0, 0
+    while n <= LARGEST[device.type] and flat < 2:
         rate = matmul_rate(n, dtype, device)
+        flat = flat + 1 if rate <= best * (1 + PLATEAU_GAIN) else 0
         if rate > best:
-            rising = rate > best * (1 + PLATEAU_GAIN)
             best, size = rate, n
-            if not rising:
-                break
-        else:
-            break
         n *= 2
     return best, size
 

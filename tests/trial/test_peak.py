@@ -12,12 +12,21 @@ from autotune.trial.probe import usable_peak_keys
 CPU = torch.device("cpu")
 
 
-def test_the_plateau_is_at_least_the_rate_of_every_size_it_tried(monkeypatch):
-    rates = {256: 50e9, 512: 80e9, 1024: 82e9, 2048: 90e9}  # flat within 5% at 1024
-    monkeypatch.setattr(peak, "matmul_rate", lambda n, dtype, device: rates[n])
-    assert peak.plateau(torch.float32, CPU) == (82e9, 1024)
-    rates[512] = 40e9  # slower at 512 than at 256: the plateau (or noise) is already there
-    assert peak.plateau(torch.float32, CPU) == (50e9, 256)
+def test_the_plateau_is_the_best_rate_once_two_sizes_in_a_row_add_nothing(monkeypatch):
+    rates = {256: 50e9, 512: 80e9, 1024: 82e9, 2048: 83e9}  # flat within 5% from 512
+    tried = []
+
+    def rate(n, dtype, device):
+        tried.append(n)
+        return rates[n]
+
+    monkeypatch.setattr(peak, "matmul_rate", rate)
+    assert peak.plateau(torch.float32, CPU) == (83e9, 2048)
+    rates.update({512: 40e9, 1024: 90e9})  # one slow size (a busy moment) does not end it
+    assert peak.plateau(torch.float32, CPU) == (90e9, 1024)
+    tried.clear()
+    rates.update({512: 40e9, 1024: 45e9})  # two in a row do
+    assert peak.plateau(torch.float32, CPU) == (50e9, 256) and tried == [256, 512, 1024]
 
 
 def test_the_measured_peak_is_a_real_matmul_rate():
