@@ -202,7 +202,8 @@ def mfu_text(result: TuneResult) -> str | None:
     text = f"recommended: {best.mfu:.0%} of this machine's measured {peak_name(best.peak)} peak"
     if base is not None:
         same = base.peak == best.peak
-        text += f"; baseline {base.mfu:.0%}" + ("" if same else f" of its {peak_name(base.peak)}")
+        text += f"; baseline {base.mfu:.0%}"
+        text += "" if same else f" of the {peak_name(base.peak)} peak"
     if best.datasheet is not None:
         text += f" ({best.datasheet:.0%} of the datasheet's)"
     return text
@@ -220,6 +221,18 @@ def _mfu_facts(result: TuneResult) -> list[Fact]:
     text = mfu_text(result)
     if text:
         facts.append(Fact("mfu", f"{LABEL} ({MEANING})", text))
+    over = [t.number for t in result.trials if (found := result.mfu(t)) and found.mfu > 1]
+    if over:
+        facts.append(
+            Fact(
+                "mfu_over",
+                "warning",
+                f"{LABEL} above 100% (trial {', '.join(f'#{n}' for n in over)}): the peak was "
+                "measured low, most likely while other processes used the machine during the "
+                "probe; a new study (or a quiet machine) measures it again",
+                WARNING,
+            )
+        )
     basis = describe(result.environment)
     if basis:
         facts.append(Fact("mfu_basis", f"{LABEL} basis", basis))

@@ -25,8 +25,11 @@ from ..mfu import DTYPE_OF, datasheet_peaks
 START = {"cpu": 256, "cuda": 2048}
 LARGEST = {"cpu": 2048, "cuda": 16384}
 PLATEAU_GAIN = 0.05
-# Each size is timed for at least this long (after one untimed matmul).
-TIME_PER_SIZE_S = 0.08
+# Each size is timed in WINDOWS windows of at least WINDOW_S (after one untimed matmul);
+# the fastest counts: the peak is a ceiling, and a window another process disturbed is
+# slower, never faster.
+WINDOWS = 3
+WINDOW_S = 0.04
 
 
 def _sync(device: torch.device) -> None:
@@ -35,20 +38,25 @@ def _sync(device: torch.device) -> None:
 
 
 def matmul_rate(n: int, dtype: torch.dtype, device: torch.device) -> float:
-    """FLOP/s of ``n x n @ n x n`` matmuls in ``dtype`` (``2 n^3`` FLOPs each)."""
+    """FLOP/s of ``n x n @ n x n`` matmuls in ``dtype`` (``2 n^3`` FLOPs each): the
+    fastest of :data:`WINDOWS` timed windows."""
     g = torch.Generator(device=device).manual_seed(0)
     a = torch.randn(n, n, generator=g, device=device).to(dtype)
     b = torch.randn(n, n, generator=g, device=device).to(dtype)
     a @ b  # untimed: the library's first-call set-up
     _sync(device)
-    reps, start = 0, time.perf_counter()
-    while True:
-        a @ b
-        reps += 1
-        _sync(device)
-        elapsed = time.perf_counter() - start
-        if elapsed >= TIME_PER_SIZE_S and reps >= 2:
-            return 2 * n**3 * reps / elapsed
+    best = 0.0
+    for _ in range(WINDOWS):
+        reps, start = 0, time.perf_counter()
+        while True:
+            a @ b
+            reps += 1
+            _sync(device)
+            elapsed = time.perf_counter() - start
+            if elapsed >= WINDOW_S:
+                break
+        best = max(best, 2 * n**3 * reps / elapsed)
+    return best
 
 
 def plateau(dtype: torch.dtype, device: torch.device) -> tuple[float, int]:

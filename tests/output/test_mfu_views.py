@@ -50,7 +50,8 @@ def test_every_view_shows_the_same_mfu():
     assert result.mfu(result.best).mfu == pytest.approx(2e6 * 76_000 / 400e9)  # 0.38
     assert result.mfu(result.baseline).mfu == pytest.approx(2e6 * 5_500 / 100e9)  # 0.11
     text = _terminal(result)
-    assert "recommended: 38% of this machine's measured bf16 peak; baseline 11% of its fp32" in text
+    line = "recommended: 38% of this machine's measured bf16 peak; baseline 11% of the fp32 peak"
+    assert line in text
     assert "38% bf16" in text and "11% fp32" in text  # the table's column
     assert "MFU basis: the model computes 2 MFLOP per sample per step" in text
     assert "measured fp32 100 GFLOP/s, bf16 400 GFLOP/s" in text
@@ -147,3 +148,11 @@ def test_advice_between_the_marks_or_without_mfu_says_nothing_of_it():
     assert _mfu_tip(_profile(BEST, forward=0.5, backward=0.4), evidence) is None
     evidence = Evidence.from_result(_result({"device": "cpu"}))
     assert _mfu_tip(_profile(BASE, forward=0.5, backward=0.4), evidence) is None
+
+
+def test_an_mfu_above_100_percent_is_flagged_as_a_peak_measured_low():
+    low = {**ENV, "peak_flops": {"fp32": {"flops_per_s": 5e9}, "bf16": {"flops_per_s": 400e9}}}
+    text = _terminal(_result(low))
+    assert "baseline 220% of the fp32 peak" in text
+    assert "warning: MFU above 100% (trial #0): the peak was measured low" in text
+    assert "MFU above 100%" not in _terminal(_result())
