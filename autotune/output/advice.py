@@ -67,6 +67,8 @@ class Evidence:
     global_batch: int | None = None
     # config key -> (MFU, the peak it is of), for the configs that have one
     mfu: tuple[tuple[str, float, str], ...] = ()
+    # the measured peaks (FLOP/s) by key (autotune.mfu.peak_key)
+    peaks: tuple[tuple[str, float], ...] = ()
 
     @classmethod
     def from_result(cls, result: TuneResult) -> Evidence | None:
@@ -90,6 +92,11 @@ class Evidence:
             cpu_count=result.environment.get("cpu_count"),
             global_batch=result.global_batch,
             mfu=mfu,
+            peaks=tuple(
+                (key, found["flops_per_s"])
+                for key, found in (result.environment.get("peak_flops") or {}).items()
+                if "flops_per_s" in found
+            ),
         )
 
     def mfu_of(self, config: dict[str, Any]) -> tuple[float, str] | None:
@@ -500,11 +507,23 @@ def _mfu_tip(step: Step) -> str | None:
     of = f"{_pct(mfu)} of this machine's measured {peak_name(peak)} peak (MFU)"
     if mfu >= HIGH_MFU:
         rest, share = _largest_phase(step, exclude=("compute",))
-        return (
+        tip = (
             f"compute-bound near the peak, {of}: further knobs will not help much; the rest "
             f"is {rest} ({_pct(share)} of the step) and the elementwise work the FLOP count "
-            "leaves out; beyond that, fewer FLOPs per sample (a smaller model) or a dtype "
-            "with a higher peak"
+            "leaves out"
+        )
+        peaks = dict(step.evidence.peaks)
+        own = peaks.get(peak, 0.0)
+        higher = [(k, v) for k, v in peaks.items() if v > 1.2 * own and k in ("bf16", "fp16")]
+        if not higher:
+            return f"{tip}; beyond that, fewer FLOPs per sample (a smaller model)"
+        key, rate = max(higher, key=lambda kv: kv[1])
+        idea: Idea = (f"{key} autocast (amp_dtype)", "amp_dtype", lambda v: v == key)
+        return _suggest(
+            f"{tip} while it computes in {peak_name(peak)}: {key} has a "
+            f"{rate / own:.1f}x higher measured peak here",
+            [idea],
+            step.evidence,
         )
     if mfu < LOW_MFU:
         phase, share = _largest_phase(step)

@@ -133,10 +133,22 @@ def test_advice_near_the_peak_says_knobs_will_not_help_much():
     ]
     evidence = Evidence.from_result(TuneResult.from_trials("s", "memory", trials, environment=ENV))
     tip = _mfu_tip(_profile(BEST, forward=0.5, backward=0.4, data=0.06), evidence)
-    assert tip.startswith(
+    assert tip == (
         "compute-bound near the peak, 65% of this machine's measured bf16 peak (MFU): further "
-        "knobs will not help much; the rest is data loading (6% of the step)"
+        "knobs will not help much; the rest is data loading (6% of the step) and the "
+        "elementwise work the FLOP count leaves out; beyond that, fewer FLOPs per sample "
+        "(a smaller model)"
     )
+    # Near the fp32 peak with a 4x higher bf16 peak here: the dtype is the way on, and the
+    # study's own measurement of it is cited.
+    fast_base = TrialRecord(
+        0, BASE, Measurement(status="ok", samples_per_s=30_000.0), 30_000.0, BASELINE
+    )
+    result = TuneResult.from_trials("s", "memory", [fast_base, trials[1]], environment=ENV)
+    tip = _mfu_tip(_profile(BASE, forward=0.5, backward=0.45), Evidence.from_result(result))
+    assert "60% of this machine's measured fp32 peak (MFU)" in tip
+    assert "while it computes in fp32: bf16 has a 4.0x higher measured peak here" in tip
+    assert "already measured: bf16 autocast (amp_dtype) (the recommended config has it)" in tip
     # The baseline, far from its peak: the largest part of its step.
     tip = _mfu_tip(_profile(BASE, data=0.6, forward=0.2, backward=0.1), evidence)
     assert tip.startswith("far from the machine's limit, 11% of this machine's measured fp32")
