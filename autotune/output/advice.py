@@ -507,21 +507,23 @@ def _mfu_tip(step: Step) -> str | None:
     of = f"{_pct(mfu)} of this machine's measured {peak_name(peak)} peak (MFU)"
     if mfu >= HIGH_MFU:
         rest, share = _largest_phase(step, exclude=("compute",))
-        tip = (
-            f"compute-bound near the peak, {of}: further knobs will not help much; the rest "
-            f"is {rest} ({_pct(share)} of the step) and the elementwise work the FLOP count "
-            "leaves out"
+        rest = (
+            f"the rest is {rest} ({_pct(share)} of the step) and the elementwise work the "
+            "FLOP count leaves out"
         )
         peaks = dict(step.evidence.peaks)
         own = peaks.get(peak, 0.0)
         higher = [(k, v) for k, v in peaks.items() if v > 1.2 * own and k in ("bf16", "fp16")]
         if not higher:
-            return f"{tip}; beyond that, fewer FLOPs per sample (a smaller model)"
+            return (
+                f"compute-bound near the peak, {of}: further knobs will not help much; "
+                f"{rest}; beyond that, fewer FLOPs per sample (a smaller model)"
+            )
         key, rate = max(higher, key=lambda kv: kv[1])
         idea: Idea = (f"{key} autocast (amp_dtype)", "amp_dtype", lambda v: v == key)
         return _suggest(
-            f"{tip} while it computes in {peak_name(peak)}: {key} has a "
-            f"{rate / own:.1f}x higher measured peak here",
+            f"compute-bound near the peak, {of}: knobs that keep {peak_name(peak)} will not "
+            f"help much ({rest}); {key} has a {rate / own:.1f}x higher measured peak here",
             [idea],
             step.evidence,
         )

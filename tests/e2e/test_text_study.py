@@ -33,6 +33,13 @@ def test_a_text_study_judges_each_layout_against_its_own_reference(write_space, 
     assert grouped_ref["losses"] != study.user_attrs["reference"]["losses"]  # other steps
     padding = {t.config.length_grouping: t.measurement.padding_share for t in result.trials}
     assert padding["grouped"] < padding["off"]
+    # Every ok trial has an MFU, counted per real token; the padding the baseline adds
+    # is recorded apart (the MFU ordering follows throughput: no wall-clock assertion).
+    flops = result.environment["model_flops"]
+    assert flops["unit"] == "tokens" and flops["padded_ratio"] > 1
+    for t in result.trials:
+        found = result.mfu(t)
+        assert found.flops_per_s == flops["per_unit"] * t.measurement.tokens_per_s
     # The probe found the samples' lengths once; every trial read them from its spec.
     runs = tmp_path / "runs" / "space"
     lengths = json.loads((runs / "probe" / "lengths.json").read_text())
