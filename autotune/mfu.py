@@ -124,7 +124,7 @@ class Mfu:
 
     def text(self) -> str:
         """``38% bf16``: the figure and its peak."""
-        return f"{self.mfu:.0%} {self.peak}"
+        return f"{percent(self.mfu)} {self.peak}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -240,3 +240,9 @@ def describe(environment: dict[str, Any]) -> str | None:
     if ratio:
         text += f"; the baseline's padded micro-batch computes {ratio:.2f}x its real tokens' FLOPs"
     return f"{text}; {peaks_text(environment)}"
+
+
+def percent(share: float) -> str:
+    """An MFU as a percentage: whole percent, or two significant digits under 1% (a tiny
+    model's 0.06% is not 0%)."""
+    return f"{share:.0%}" if share >= 0.01 or share == 0 else f"{share * 100:.2g}%"

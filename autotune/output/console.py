@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -32,9 +33,16 @@ def _vs_baseline(record: TrialRecord, result: TuneResult) -> str:
     return "-" if speedup is None else f"{speedup:.2f}x"
 
 
+# Wide enough that rich never wraps or cuts a line of a file or pipe.
+PLAIN_WIDTH = 100_000
+
+
 def make_console() -> Console:
-    """A console that does not wrap tables at 80 columns when output is a file or pipe."""
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    """The terminal as rich draws it; a file or a pipe gets plain lines, never wrapped or
+    cut at a width, without colour codes (what a reader greps or a log keeps)."""
+    if sys.stdout.isatty():
+        return Console(highlight=False)
+    return Console(highlight=False, width=PLAIN_WIDTH, soft_wrap=True, no_color=True)
 
 
 class ConsoleReporter(Reporter):
@@ -79,9 +87,10 @@ class ConsoleReporter(Reporter):
         )
 
 
-def summary_table(result: TuneResult) -> Table:
+def summary_table(result: TuneResult, plain: bool = False) -> Table:
     """Every measured config: status, objective (median of its runs), memory, compile;
-    and the configs skipped as predicted over memory."""
+    and the configs skipped as predicted over memory. ``plain`` (a file or pipe): ASCII
+    borders and every reason whole, a row a line; else reasons cut to fit a terminal."""
     tokens = result.unit == TOKENS
     rate = f"{result.unit}/s"
     title = f"study {result.study_name}: {len(result.trials)} configs"
@@ -90,7 +99,7 @@ def summary_table(result: TuneResult) -> Table:
         title += f" ({skipped} predicted over memory, not run)"
     if any(t.ratios for t in result.trials):
         title += " (xN: the median of N paired confirmation rounds; vs baseline: their ratios)"
-    table = Table(title=title)
+    table = Table(title=title, box=box.ASCII if plain else box.HEAVY_HEAD)
     columns = ["#", "role", "config", "status", rate, "vs baseline", result.memory_label]
     columns += ["padding"] if tokens else []
     columns += [LABEL] if result.mfu_shown else []
@@ -105,7 +114,7 @@ def summary_table(result: TuneResult) -> Table:
             f"{t.number}{mark}",
             t.role,
             t.config.short(),
-            t.status if t.feasible else escape(f"{t.status}: {t.reason[:40]}"),
+            t.status if t.feasible else escape(f"{t.status}: {t.reason[: None if plain else 40]}"),
             (f"{t.value:,.1f}" + (f" (x{t.runs})" if t.runs > 1 else "")) if m.rate else "-",
             _vs_baseline(t, result)
             + (f" ({min(t.ratios):.2f}-{max(t.ratios):.2f})" if paired and t.ratios else ""),
@@ -124,7 +133,7 @@ def summary_table(result: TuneResult) -> Table:
 def print_summary(result: TuneResult, console: Console | None = None) -> None:
     """The summary table, the study's notes and the summary facts."""
     console = console or make_console()
-    console.print(summary_table(result))
+    console.print(summary_table(result, plain=not console.is_terminal))
     for note in result.notes:
         console.print(f"[dim]note:[/dim] {escape(note)}")
     for fact in summary_facts(result):

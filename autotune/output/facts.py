@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ..knobs import show
 from ..measurement import TOKENS, Measurement
-from ..mfu import LABEL, MEANING, describe, peak_name, unavailable
+from ..mfu import LABEL, MEANING, describe, peak_name, percent, unavailable
 from ..results import (
     FREE_BATCH_WARNING,
     Contribution,
@@ -199,10 +199,12 @@ def mfu_text(result: TuneResult) -> str | None:
     best, base = result.mfu(result.best), result.mfu(result.baseline)
     if best is None:
         return None
-    text = f"recommended: {best.mfu:.0%} of this machine's measured {peak_name(best.peak)} peak"
+    text = (
+        f"recommended: {percent(best.mfu)} of this machine's measured {peak_name(best.peak)} peak"
+    )
     if base is not None:
         same = base.peak == best.peak
-        text += f"; baseline {base.mfu:.0%}"
+        text += f"; baseline {percent(base.mfu)}"
         text += "" if same else f" of the {peak_name(base.peak)} peak"
     if best.datasheet is not None:
         text += f" ({best.datasheet:.0%} of the datasheet's)"

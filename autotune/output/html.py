@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..knobs import KNOBS
+from ..mfu import percent
 from ..results import DUPLICATE, TrialRecord, TuneResult
 from .advice import Evidence, advice
 from .facts import ERROR, compile_cell, contribution_text, fmt_bytes, summary_facts
@@ -237,7 +238,7 @@ def _profile_html(
 
 
 def _mfu_cell(d: dict[str, Any]) -> str:
-    return "-" if d["mfu"] is None else f"{d['mfu']:.0%} {d['mfu_peak']}"
+    return "-" if d["mfu"] is None else f"{percent(d['mfu'])} {d['mfu_peak']}"
 
 
 def _trials_html(result: TuneResult) -> str:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 
 import optuna
 import yaml
@@ -121,3 +124,76 @@ def test_bad_report_argument_gives_one_line_and_exit_1(tmp_path):
     r = autotune("report", space, "--profile-steps", "0", cwd=tmp_path)
     assert r.returncode == 1
     assert r.stderr.strip() == "autotune: error: profile_steps must be at least 1 but got 0"
+
+
+PIPE_SPACE = """
+    workload: {workloads}:sleepy
+    knobs:
+      batch_size: [4, 8, 16]
+    baseline: {batch_size: 8}
+    global_batch: 16
+    trial: {warmup_steps: 1, measured_steps: 10}
+    budget: {n_trials: 3}
+    search: {sampler: grid, confirm_top: 1}
+"""
+
+
+def test_run_into_a_file_gives_whole_lines(write_space, tmp_path):
+    """`autotune run SPACE > out.txt`: every progress line whole, one summary row a line
+    between ASCII borders, no colour codes (issue 28: a file cut the table at a fixed width,
+    mid-character, and wrapped long reasons mid-number)."""
+    space = write_space(PIPE_SPACE)
+    with open(tmp_path / "out.txt", "w") as out:
+        r = subprocess.run(
+            [sys.executable, "-m", "autotune", "run", str(space)],
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=out,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=600,
+        )
+    assert r.returncode == 0, r.stderr
+    lines = (tmp_path / "out.txt").read_text().splitlines()
+    assert not any("\x1b[" in line for line in lines)  # no colour codes in a file
+    progress = [ln for ln in lines if re.match(r"(trial \d|confirm round \d)", ln)]
+    assert len(progress) >= 3
+    for line in progress:  # each whole: head, config, rate, status, best
+        assert re.fullmatch(r".+ \| .+/s.* \| ok \| best #\d+ [\d.]+x", line), line
+    border = [i for i, ln in enumerate(lines) if re.fullmatch(r"\+-+\+", ln)]
+    assert len(border) == 2, lines
+    header, rows = lines[border[0] + 1], lines[border[0] + 3 : border[1]]
+    assert len(rows) == 3  # one line per config
+    for row in [header, *rows]:
+        assert row.startswith("|") and row.endswith("|") and row.count("|") == header.count("|")
+    assert any(ln.startswith("recommended (trial #") for ln in lines)
+    # A summary line longer than any terminal is one line, not wrapped at a width.
+    split = [ln for ln in lines if ln.startswith("where a trial's time goes")]
+    assert len(split) == 1 and len(split[0]) > 160, split
+    assert re.fullmatch(r"where a trial's time goes \(.*\(of [\d.]+ from spawn to exit\)", split[0])
+
+
+def test_a_long_reason_is_whole_in_plain_output():
+    """The summary table of a file or pipe keeps a trial's whole reason on its row (a
+    terminal's table cuts it to 40 characters)."""
+    import io
+
+    from rich.console import Console
+
+    from autotune import Config, Measurement
+    from autotune.output.console import PLAIN_WIDTH, print_summary
+    from autotune.results import BASELINE, TrialRecord, TuneResult
+
+    ok = Measurement(status="ok", samples_per_s=100.0, samples_per_step=32, measured_steps=4)
+    base = TrialRecord(0, Config(batch_size=8), ok, 100.0, role=BASELINE)
+    reason = (
+        "pruned after 5/15 measured steps: ~67,566.6 tokens/s cannot beat the best 84,386.9 by 20%"
+    )
+    pruned = TrialRecord(
+        1, Config(batch_size=16), ok.replace(status="pruned"), 0.0, status="pruned", reason=reason
+    )
+    result = TuneResult("s", "memory", [base, pruned], baseline=base, best=base)
+    out = io.StringIO()
+    print_summary(result, Console(file=out, width=PLAIN_WIDTH, soft_wrap=True, no_color=True))
+    row = next(ln for ln in out.getvalue().splitlines() if ln.startswith("|   1 "))
+    assert f"pruned: {reason}" in row
