@@ -1,5 +1,5 @@
 """Ablation on real trials: a data-bound workload where batch size and workers each matter
-several-fold and zero_grad_set_to_none does nothing measurable."""
+about 2x and zero_grad_set_to_none does nothing measurable."""
 
 from __future__ import annotations
 
@@ -14,16 +14,18 @@ SPACE = """
     workload: {workloads}:data_bound
     workload_args: {seconds: 0.03}
     knobs:
-      batch_size: [8, 32]
+      batch_size: [16, 32]
       num_workers: [0, 2]
       zero_grad_set_to_none: [false, true]
-    baseline: {batch_size: 8, zero_grad_set_to_none: false}
+    baseline: {batch_size: 16, zero_grad_set_to_none: false}
     global_batch: 32
-    # A step is one to four 30 ms collate sleeps and a few ms of compute: its time hardly
+    # A step is one or two 30 ms collate sleeps and a few ms of compute: its time hardly
     # varies, so the default bar (a median gain above 3%) is the one judged. The warm-up
     # outlasts what two workers prefetch (2 x prefetch_factor 2 batches), so the window
-    # is their steady state, not a queue filled before it.
-    trial: {warmup_steps: 8, measured_steps: 10, timeout_s: 120}
+    # is their steady state, not a queue filled before it; 30 steps, because with workers
+    # a 10-step window's neutral ratio ranged 0.96-1.26 here (0.96-1.02 with 40) and a
+    # fresh CI machine kept the neutral knob once.
+    trial: {warmup_steps: 8, measured_steps: 30, timeout_s: 120}
     search: {confirm_top: 1, confirm_rounds: 3, prune: false}
     budget: {n_trials: 2}
 """
@@ -54,7 +56,7 @@ def test_the_neutral_knob_is_dropped_and_the_two_that_matter_stay(write_space, t
     else:
         assert result.winner.config == reduced and result.reduction is None
         assert set(by_knob) == {"batch_size", "num_workers"}
-    # The two that matter stay, each worth well over the noise (4x and 2x by construction).
+    # The two that matter stay, each worth well over the noise (2x each by construction).
     assert all(len(c.ratios) == 3 for c in by_knob.values())
     assert by_knob["batch_size"].kept and by_knob["batch_size"].median > 1.5
     assert by_knob["num_workers"].kept and by_knob["num_workers"].median > 1.3
