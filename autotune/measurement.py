@@ -138,8 +138,8 @@ class Measurement:
     def fixed_s(self) -> float | None:
         """The run's fixed cost: process start, imports, device, build, result and exit.
         Not in it: warm-up, compile, the longest-batch step, the timed window, and the
-        time no phase claims
-        (``other`` in :meth:`time_split`), so it never overstates the fixed cost."""
+        time no phase claims (``other`` in :meth:`time_split`), so it never overstates
+        the fixed cost."""
         split = self.time_split()
         if split is None:
             return None

@@ -670,8 +670,9 @@ def recommendation(result: TuneResult) -> dict[str, Any]:
         measured["mfu"] = found.to_dict() if found else None
         if base is not None:
             measured["baseline_mfu"] = base_mfu.to_dict() if base_mfu else None
-        if unavailable(result.environment):
-            measured["mfu_unavailable"] = unavailable(result.environment)
+        why_not = unavailable(result.environment)
+        if why_not:
+            measured["mfu_unavailable"] = why_not
     if result.global_batch is None:
         measured["warning"] = FREE_BATCH_WARNING
     out: dict[str, Any] = {

@@ -96,13 +96,13 @@ def recording(doc: Path | None, name: str, argv: list[str] | None = None) -> Ite
 
     with contextlib.redirect_stdout(Tee()):
         yield
-    argv, skip = [], False
+    kept, skip = [], False
     for arg in argv or sys.argv:  # the command without its --doc FILE
         if skip or arg == "--doc":
             skip = arg == "--doc"
             continue
-        argv.append(arg)
-    command = "python " + " ".join(shlex.quote(a) for a in [_relative(argv[0]), *argv[1:]])
+        kept.append(arg)
+    command = "python " + " ".join(shlex.quote(a) for a in [_relative(kept[0]), *kept[1:]])
     write(doc, name, captured.getvalue().rstrip("\n").splitlines(), command)
 
 

@@ -59,7 +59,7 @@ def record(space_path: Path, out: Path, launcher: str | None = None) -> None:
     table["record_wall_s"] = time.monotonic() - start
     table["recorded"] = {
         "command": f"python benchmarks/search.py record {space_path}",
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+        "date": _today(),
         "machine": machine_text(),
     }
     out.write_text(json.dumps(table, indent=1))
@@ -92,6 +92,12 @@ def _measure(space, configs: list[Config]) -> dict[str, dict[str, Any]]:
         fresh = record_table(study, folder / "table.json")
         again = {Config.from_dict(r["config"]).key(): r for r in fresh["measurements"]}
     return {c.key(): again[c.key()] for c in configs if c.key() in again}
+
+
+def _value(measurement: dict[str, Any], space) -> float:
+    """A stored run's objective value (0 for a run that was not ok), as a study scores it."""
+    m = Measurement.from_dict(measurement)
+    return objective(m, space.trial) if m.ok else 0.0
 
 
 def _today() -> str:
@@ -143,8 +149,7 @@ def repeat(table_path: Path, top: int, repeats: int) -> None:
     base = space.baseline.key()
 
     def rate(measurement: dict[str, Any]) -> float:
-        m = Measurement.from_dict(measurement)
-        return objective(m, space.trial) if m.ok else 0.0
+        return _value(measurement, space)
 
     chosen = sorted(rows, key=lambda k: -rate(rows[k]["measurement"]))[:top]
     runs: dict[str, list[dict[str, Any]]] = {k: [] for k in [*chosen, base]}
@@ -239,7 +244,7 @@ def replay(
         f"{f' --samplers {names}' if tuple(samplers) != SAMPLERS else ''}"
         f"{f' --out {out}' if out else ''}"
     )
-    today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    today = _today()
     lines = [
         BEGIN,
         f"Replayed {today} with `{command}` (this block is written by that command; the "
@@ -330,8 +335,7 @@ def _later_text(table: dict[str, Any], space, opt_config: Config, optimum: float
     rows = {Config.from_dict(x["config"]).key(): x for x in table["measurements"]}
 
     def value(m: dict[str, Any]) -> float:
-        measured = Measurement.from_dict(m)
-        return objective(measured, space.trial) if measured.ok else 0.0
+        return _value(m, space)
 
     def by_pass(key: str) -> dict[str, float]:
         return {r["pass"]: value(r["measurement"]) for r in rows.get(key, {}).get("repeats", [])}

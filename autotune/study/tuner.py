@@ -138,10 +138,11 @@ class Tuner:
         for note in self.notes:
             self.reporter.note(note)
         self.reporter.environment(self.environment)
-        if mfu.unavailable(self.environment):
-            self.reporter.note(f"no {mfu.LABEL}: {mfu.unavailable(self.environment)}")
-        elif mfu.describe(self.environment):
-            self.reporter.note(f"{mfu.LABEL} basis: {mfu.describe(self.environment)}")
+        why_not, basis = mfu.unavailable(self.environment), mfu.describe(self.environment)
+        if why_not:
+            self.reporter.note(f"no {mfu.LABEL}: {why_not}")
+        elif basis:
+            self.reporter.note(f"{mfu.LABEL} basis: {basis}")
         self.memory_budget = self.space.limits.memory_bytes(
             self.environment.get("device_memory_bytes")
         )
