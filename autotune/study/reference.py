@@ -34,6 +34,8 @@ from .storage import records
 # Knobs that change which samples share an optimizer step: a trial that sets one is
 # judged against an fp32 reference of the same data layout.
 LAYOUT_KNOBS = ("packing", "length_grouping")
+# The folders of reference runs (under the study's output folder) start with this name.
+REFERENCE_FOLDER = "reference"
 
 
 def reference_config(
@@ -183,7 +185,7 @@ class References:
             self.reporter.note(
                 f"running the fp32 reference ({config.short()}) for the accuracy guard"
             )
-            folder = "reference" if not self.worker_index else f"reference-{self.worker_index}"
+            folder = REFERENCE_FOLDER + (f"-{self.worker_index}" if self.worker_index else "")
             m = self.backend.run_trial(self.space, config, self.out_dir / folder)
             ranks = reference_config(self.space.baseline, single=False)
             if m.status == OOM and ranks != config:  # one process cannot hold the model
@@ -211,7 +213,7 @@ class References:
             return [float(x) for x in stored["losses"]]
         ref = reference_config(self.space.baseline, layout)
         self.reporter.note(f"running the fp32 reference of layout {name} ({ref.short()})")
-        folder = self.out_dir / f"reference-{name.replace('=', '-').replace(',', '_')}"
+        folder = self.out_dir / f"{REFERENCE_FOLDER}-{name.replace('=', '-').replace(',', '_')}"
         m = self.backend.run_trial(self.space, ref, folder)
         if not m.ok:
             self.reporter.note(

@@ -8,6 +8,7 @@ have statistics.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from ..config import Config
 from ..measurement import FAILED, Measurement
 from ..results import DUPLICATE, REPEAT
 from ..space import Space
+from .reference import REFERENCE_FOLDER
 from .scoring import judge, objective
 from .storage import records
 
@@ -44,11 +46,18 @@ def record_table(study: optuna.Study, path: str | Path) -> dict[str, Any]:
 class ReplayBackend:
     """A :class:`~autotune.study.backend.TrialBackend` that looks measurements up.
 
+    Args:
+        table: a recorded table (:func:`record_table`), or its path.
+        baseline: the space's baseline: given, a config measured more than once
+            (``benchmarks/search.py repeat``) answers with its median run (see
+            :func:`_medians`); without it, with its recorded run.
+
     Attributes:
-        calls: the configs asked for, in order (each a real trial in a live run).
+        calls: the configs asked for, in order (each a real run in a live study).
+        references: indexes into ``calls`` of the accuracy guard's reference runs.
     """
 
-    def __init__(self, table: str | Path | dict[str, Any]) -> None:
+    def __init__(self, table: str | Path | dict[str, Any], baseline: Config | None = None) -> None:
         if not isinstance(table, dict):
             table = json.loads(Path(table).read_text())
         self.table = table
@@ -58,7 +67,12 @@ class ReplayBackend:
         for row in table["measurements"]:
             config = Config.from_dict(row["config"])
             self.rows[config.key()] = (config, Measurement.from_dict(row["measurement"]))
+        if baseline is not None:
+            self.rows.update(_medians(table, baseline))
         self.calls: list[Config] = []
+        # Indexes into ``calls`` of the fp32 reference runs of the accuracy guard (a new
+        # layout's): real runs that cost wall time, but not trials of the study's budget.
+        self.references: set[int] = set()
 
     def probe(self, space: Space, folder: Path) -> dict[str, Any]:
         caps = self.table.get("capabilities") or {
@@ -75,6 +89,8 @@ class ReplayBackend:
     def run_trial(
         self, space: Space, config: Config, folder: Path, best_value: float | None = None
     ) -> Measurement:
+        if folder.name.startswith(REFERENCE_FOLDER):
+            self.references.add(len(self.calls))
         self.calls.append(config)
         found = self.rows.get(config.key())
         if found is None:
@@ -96,3 +112,47 @@ class ReplayBackend:
         ]
         assert feasible, "no feasible config in the table"
         return max(feasible, key=lambda item: item[1])
+
+
+def _medians(table: dict[str, Any], baseline: Config) -> dict[str, tuple[Config, Measurement]]:
+    """The rows measured more than once (``benchmarks/search.py repeat``), each answered
+    with its median run: of the recorded run and the repeats, the one whose throughput over
+    the baseline's throughput in the same pass is the median, its throughputs scaled by
+    the recorded baseline's over that pass's baseline (the machine's pace in that pass
+    cancels; its wall and compile seconds stay as measured). A grid measured once per
+    config has a noisy top, and its best single run is the luckiest (the winner's curse):
+    a config's median of three runs is a figure that repeats, and the replay's optimum
+    is then one a study can be asked to reach."""
+    base_row = next(
+        (
+            r
+            for r in table["measurements"]
+            if r.get("repeats") and Config.from_dict(r["config"]).key() == baseline.key()
+        ),
+        None,
+    )
+    if base_row is None:
+        return {}
+    base = {"": Measurement.from_dict(base_row["measurement"]).rate}
+    base.update(
+        (r["pass"], Measurement.from_dict(r["measurement"]).rate) for r in base_row["repeats"]
+    )
+    out = {}
+    for row in table["measurements"]:
+        runs = [("", Measurement.from_dict(row["measurement"]))] + [
+            (r["pass"], Measurement.from_dict(r["measurement"])) for r in row.get("repeats", [])
+        ]
+        runs = [(p, m) for p, m in runs if m.rate and base.get(p)]
+        if len(runs) < 2 or row is base_row:
+            continue
+        runs.sort(key=lambda run: run[1].rate / base[run[0]])
+        pass_, m = runs[(len(runs) - 1) // 2]
+        scale = base[""] / base[pass_]
+        m = dataclasses.replace(
+            m,
+            samples_per_s=m.samples_per_s and m.samples_per_s * scale,
+            tokens_per_s=m.tokens_per_s and m.tokens_per_s * scale,
+        )
+        config = Config.from_dict(row["config"])
+        out[config.key()] = (config, m)
+    return out

@@ -56,6 +56,7 @@ FAR_BELOW = 0.5
 # A rule fires past these shares of the baseline's measurement.
 PADDING_SHARE = 0.25  # of the token positions of the window's batches
 DATA_SHARE = 0.20  # of the window, waiting for the next batch
+DATA_IDLE = 0.05  # below it, the DataLoader knobs can gain little: screened last
 ROOMY_MEMORY = 0.5  # peak below this share of the memory budget: room for larger batches
 TIGHT_MEMORY = 0.8  # peak above it: little headroom, checkpointing first
 
@@ -96,11 +97,12 @@ class Profile:
 
 @dataclass(frozen=True)
 class Rule:
-    """A rule that fired: these knobs are screened first, for this reason."""
+    """A rule that fired: these knobs are screened first (or ``last``), for this reason."""
 
     name: str
     knobs: tuple[str, ...]
     reason: str
+    last: bool = False
 
 
 def padding_first(p: Profile) -> Rule | None:
@@ -118,6 +120,21 @@ def data_first(p: Profile) -> Rule | None:
         "data",
         LOADER,
         f"the step waited for data {p.data_share:.0%} of the window: DataLoader knobs first",
+    )
+
+
+def data_last(p: Profile) -> Rule | None:
+    """A step that hardly waits for data gains at most that wait from the DataLoader's
+    knobs (more workers cannot make the step itself faster, and on a few cores they take
+    cores from it): they are screened after every other knob, the expensive ones
+    included."""
+    if p.data_share is None or p.data_share >= DATA_IDLE:
+        return None
+    return Rule(
+        "data-idle",
+        LOADER,
+        f"the step waited for data {p.data_share:.0%} of the window: DataLoader knobs last",
+        last=True,
     )
 
 
@@ -141,10 +158,11 @@ def roomy_memory_first(p: Profile) -> Rule | None:
     )
 
 
-# In order: the first rule that fires puts its knobs first.
+# In order: the first rule that fires puts its knobs first (a ``last`` rule's go last).
 RULES: tuple[Callable[[Profile], Rule | None], ...] = (
     padding_first,
     data_first,
+    data_last,
     tight_memory_first,
     roomy_memory_first,
 )
@@ -220,11 +238,15 @@ class Plan:
 
 def order(space: Space, rules: Iterable[Rule]) -> list[str]:
     """The searched knobs in screening order: those of the rules that fired (in rule
-    order), then the other cheap knobs in registry order, then the expensive ones."""
+    order), then the other cheap knobs in registry order, then the expensive ones, then
+    those of ``last`` rules."""
+    rules = list(rules)
     searched = [n for n in KNOBS if n in space.searched]
-    first = [k for r in rules for k in r.knobs if k in space.searched]
+    last = {k for r in rules if r.last for k in r.knobs}
+    first = [k for r in rules if not r.last for k in r.knobs if k in space.searched]
     ordered = list(dict.fromkeys(first))
-    ordered += [n for n in searched if n not in ordered and n not in EXPENSIVE]
+    ordered += [n for n in searched if n not in ordered and n not in EXPENSIVE and n not in last]
+    ordered += [n for n in searched if n not in ordered and n not in last]
     return ordered + [n for n in searched if n not in ordered]
 
 

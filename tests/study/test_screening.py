@@ -43,6 +43,13 @@ ROOT = Path(__file__).resolve().parents[2]
             "the step waited for data 60% of the window: DataLoader knobs first",
         ),
         (
+            screening.data_last,
+            Profile(data_share=0.02),
+            Profile(data_share=0.30),
+            "num_workers",
+            "the step waited for data 2% of the window: DataLoader knobs last",
+        ),
+        (
             screening.tight_memory_first,
             Profile(memory_share=0.90),
             Profile(memory_share=0.60),
@@ -138,6 +145,17 @@ def test_padding_puts_layout_knobs_first_and_compile_last(write_space):
     assert [m.label for m in plain.moves][0] == "batch_size=32"
     assert plain.moves[-2].label == "compile_mode=default"
     assert screening.Plan.from_dict(json.loads(json.dumps(plan.to_dict()))) == plan
+    # A step that hardly waits for data: workers after the compile (they can only remove
+    # that wait); with a real wait, in their registry turn before it.
+    idle = screening.make_plan(space, space.baseline, Profile(padding_share=0.7, data_share=0.02))
+    assert [m.label for m in idle.moves][-3:] == [
+        "compile_mode=default",
+        "compile_mode=default on the runner-up",
+        "num_workers=1",
+    ]
+    assert "DataLoader knobs last" in idle.reasons[1]
+    waits = screening.make_plan(space, space.baseline, Profile(padding_share=0.7, data_share=0.1))
+    assert [m.label for m in waits.moves] == labels
 
 
 def test_the_budget_cuts_the_screening_in_its_order(write_space):

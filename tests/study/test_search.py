@@ -73,6 +73,72 @@ def test_replay_finds_the_table_optimum_and_never_reruns_a_config(write_space, t
     assert round(result.speedup, 3) == 2.4  # sqrt(32/8) x 1.2 for the worker
 
 
+def _repeated(table: dict, key_config: Config, runs: list[tuple[str, float]]) -> None:
+    """Give ``key_config``'s row of ``table`` repeat runs: (pass, samples/s)."""
+    for row in table["measurements"]:
+        if Config.from_dict(row["config"]).key() == key_config.key():
+            row["repeats"] = [
+                {
+                    "pass": p,
+                    "measurement": {**row["measurement"], "samples_per_s": rate, "wall_s": 9.0},
+                }
+                for p, rate in runs
+            ]
+
+
+def test_a_repeated_config_answers_with_its_median_run_over_its_pass_baseline():
+    table = _table()
+    base = Config(batch_size=8, accumulation_steps=4)
+    best = Config(batch_size=32, accumulation_steps=1, num_workers=1)
+    recorded = 100.0 * 8**0.5
+    # The machine ran 10% slower in pass a and 20% faster in pass b.
+    _repeated(table, base, [("a", recorded * 0.9), ("b", recorded * 1.2)])
+    # The best config's recorded run was lucky: over its pass's baseline it made 2.4x,
+    # then 1.8x and 2.0x.
+    _repeated(table, best, [("a", recorded * 0.9 * 1.8), ("b", recorded * 1.2 * 2.0)])
+    raw = ReplayBackend(table)
+    assert raw.rows[best.key()][1].samples_per_s == pytest.approx(recorded * 2.4)
+    medians = ReplayBackend(table, base)
+    m = medians.rows[best.key()][1]
+    # The median run is pass b's (2.0x), scaled to the recording's baseline: not its raw
+    # 2.4x recorded figure, nor pass b's raw throughput (which carries the faster machine).
+    assert m.samples_per_s == pytest.approx(recorded * 2.0)
+    assert m.wall_s == 9.0  # the run itself
+    assert medians.rows[base.key()][1].samples_per_s == pytest.approx(recorded)
+    other = Config(batch_size=16, accumulation_steps=2)
+    assert medians.rows[other.key()][1] == raw.rows[other.key()][1]
+
+
+def test_a_layouts_reference_run_is_a_call_but_not_a_trial(write_space, tmp_path):
+    space = load_space(
+        write_space("""
+        workload: {workloads}:texts
+        workload_args: {causal_lm: true}
+        knobs: {length_grouping: ["off", grouped]}
+        baseline: {batch_size: 8}
+        global_batch: 8
+        search: {sampler: grid, confirm_top: 0, prune: false}
+    """)
+    )
+    rows = [
+        {
+            "config": Config(batch_size=8, length_grouping=g).to_dict(),
+            "measurement": Measurement(
+                status="ok", samples_per_s=10.0, samples_per_step=8, losses=[1.0, 0.9]
+            ).to_dict(),
+        }
+        for g in ("off", "grouped")
+    ]
+    caps = {"device": "cpu", "cpu_count": 2, "tokens": True, "token_collate": True}
+    backend = ReplayBackend({"measurements": rows, "capabilities": caps})
+    result = tune(space, storage="memory", out_dir=tmp_path, backend=backend, n_trials=2)
+    assert len(result.trials) == 2, result.notes
+    # The baseline is fp32 eager: it is the study's reference. The grouped trial is judged
+    # against an fp32 run of its own layout, a third call, kept apart from the trials.
+    assert [c.length_grouping for c in backend.calls] == ["off", "grouped", "grouped"]
+    assert backend.references == {2}
+
+
 def test_grid_measures_every_config_once(write_space, tmp_path):
     space = _space(write_space, sampler="grid")
     backend = ReplayBackend(_table())
