@@ -63,6 +63,9 @@ class Measurement:
     # Share of the timed window the training step waited for its next batch (host clock:
     # the DataLoader's iterator, loading and collation when it has no workers).
     data_share: float | None = None
+    # Micro-batches the window took from the DataLoader workers' queue beyond what they
+    # made in it (its start's prefetched batches): left out of the rates (loop.window_drain).
+    queue_drained: int | None = None
     peak_longest_bytes: int | None = None  # peak memory of a step of the longest batch
     longest_batch_tokens: int | None = None  # its length (tokens per sample, padded)
     longest_s: float | None = None  # that untimed step's wall time (between warm-up and window)

@@ -398,6 +398,32 @@ def data_bound(seconds: float = 0.03) -> autotune.Workload:
     )
 
 
+class _SlowFirstForward(MLP):
+    """An MLP whose first forward sleeps a second: the DataLoader's workers fill their
+    queue meanwhile, so the timed window starts on a full prefetch queue."""
+
+    slept = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.slept:
+            self.slept = True
+            time.sleep(1.0)
+        return super().forward(x)
+
+
+def full_queue(seconds: float = 0.05) -> autotune.Workload:
+    """Data-bound (``seconds`` of collation a batch) after a slow first step: the window
+    opens with every prefetched batch ready, which a step takes at once."""
+    return autotune.Workload(
+        name="full-queue",
+        model=_SlowFirstForward,
+        dataset=Blobs,
+        loss=_loss,
+        optimizer=lambda params: torch.optim.SGD(params, lr=0.1),
+        collate_fn=_SlowCollate(seconds),
+    )
+
+
 class Deep(nn.Module):
     """``depth`` square blocks of ``hidden`` units: weights that dominate the memory."""
 

@@ -13,6 +13,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -74,6 +75,7 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
         (lambda: applied.real_tokens - tokens_before) if counted else None,
         (lambda: compiles.spent_s() - before_window) if compiles.enabled else None,
     )
+    queued_before = ready_batches(batches)
     clock = StepClock(device)
     clock.start()
     for _ in range(int(trial["measured_steps"])):
@@ -81,6 +83,7 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
         clock.mark()
         progress.update(clock)
     clock.stop()
+    queued_after = ready_batches(batches)
     peaks.append(peak_memory(device))
 
     stacked = torch.stack(losses)
@@ -97,9 +100,12 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
         if key in memory:
             memory[key] = max(p[key] for p in peaks)
     steps = int(trial["measured_steps"])
+    micro = steps * config.accumulation_steps
+    drained = window_drain(queued_before, queued_after, micro)
+    produced = (micro - (drained or 0)) / micro  # of the window's micro-batches
     waited = applied.data_wait_s - waited_before
     data_share = min(1.0, waited / clock.window_s) if clock.window_s > 0 else None
-    real = applied.real_tokens - tokens_before
+    real = (applied.real_tokens - tokens_before) * produced
     positions = applied.positions - positions_before
     padding = applied.padding - padding_before
     if WORLD > 1:  # global view: mean loss, slowest rank's window, largest memory peak
@@ -114,16 +120,19 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
         real, positions, padding = counts
     values = [float(x) for x in stacked.cpu().tolist()]
     per_step = config.global_batch  # samples of all ranks
-    samples_per_s, tokens_per_s = window_rates(workload, steps * per_step, real, window_s)
+    samples_per_s, tokens_per_s = window_rates(
+        workload, steps * per_step * produced, real, window_s
+    )
     m = Measurement(
         status=OK,
         samples_per_s=samples_per_s,
         tokens_per_s=tokens_per_s,
         samples_per_step=per_step,
         unit=TOKENS if workload.tokens is not None else "samples",
-        tokens_per_step=real / steps if counted else None,
+        tokens_per_step=real / (steps * produced) if counted else None,
         padding_share=padding / positions if positions else None,
         data_share=data_share,
+        queue_drained=drained,
         peak_longest_bytes=peaks[1]["peak_mem_bytes"] if longest is not None else None,
         longest_batch_tokens=longest,
         longest_s=longest_s,
@@ -144,6 +153,37 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
         first = next(i for i, x in enumerate(values) if not math.isfinite(x))
         return m.replace(status=NAN, reason=f"loss is {values[first]} at step {first}")
     return m
+
+
+def ready_batches(batches: Any) -> int | None:
+    """Micro-batches the DataLoader's workers have finished that the step has not taken
+    yet: its results queue, the pinning thread's queue and results that came back out of
+    order. ``None`` for a loader without workers, or where a queue cannot be counted."""
+    results = getattr(batches, "_worker_result_queue", None)
+    if results is None:
+        return None
+    queues = {id(q): q for q in (results, getattr(batches, "_data_queue", None)) if q is not None}
+    try:
+        ready = sum(q.qsize() for q in queues.values())
+    except (NotImplementedError, OSError):  # macOS cannot count a multiprocessing queue
+        return None
+    info = getattr(batches, "_task_info", {})
+    return ready + sum(1 for v in info.values() if len(v) == 2)
+
+
+def window_drain(before: int | None, after: int | None, micro_batches: int) -> int | None:
+    """Micro-batches the window took from the workers' queue beyond what they made in it.
+
+    A loader with workers starts the window with its queue holding up to ``num_workers x
+    prefetch_factor`` finished batches. A step faster than the loader takes them for free
+    and the window's rate overstates the loader's (up to ~13% over a short window, more
+    with many workers). Counting only what the loader made during the window, the taken
+    batches less the queue's net drain, is the steady rate whatever the window's length:
+    the consumer's when it keeps up, the loader's when it does not. ``None`` when the queue
+    cannot be read (no workers)."""
+    if before is None or after is None:
+        return None
+    return min(max(0, before - after), micro_batches - 1)
 
 
 def counts_tokens(workload: Workload) -> bool:

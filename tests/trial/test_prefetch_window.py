@@ -1,0 +1,62 @@
+"""The timed window counts what the DataLoader made in it, not the batches its workers
+had prefetched before it started (issue 27: windows that represent the run)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from autotune import Config, load_space
+from autotune.study.runner import run_trial
+from autotune.trial.loop import ready_batches, window_drain
+
+
+def _loader(workers: int) -> torch.utils.data.DataLoader:
+    return torch.utils.data.DataLoader(
+        torch.arange(64.0),
+        batch_size=4,
+        num_workers=workers,
+        prefetch_factor=2 if workers else None,
+    )
+
+
+def test_the_ready_batches_of_a_loader_with_workers_are_counted():
+    it = iter(_loader(2))
+    next(it)
+    time.sleep(1.0)  # two workers, two batches each: the queue is full long before
+    assert ready_batches(it) == 4
+    assert ready_batches(iter(_loader(0))) is None  # no workers, no queue
+    del it
+
+
+def test_window_drain():
+    assert window_drain(4, 1, 10) == 3  # the window took 3 prefetched batches
+    assert window_drain(1, 4, 10) == 0  # the queue filled up: nothing free taken
+    assert window_drain(4, 0, 3) == 2  # at least one micro-batch is the loader's own
+    assert window_drain(None, 2, 10) is None
+
+
+def test_a_window_opening_on_a_full_queue_counts_only_what_the_loader_made(write_space, tmp_path):
+    space = load_space(
+        write_space("""
+        workload: {workloads}:full_queue
+        knobs: {batch_size: [16], num_workers: [0, 2]}
+        baseline: {batch_size: 16}
+        global_batch: 16
+        trial: {warmup_steps: 1, measured_steps: 6}
+    """)
+    )
+    m = run_trial(space, Config(batch_size=16, num_workers=2), tmp_path / "w2")
+    assert m.ok, m.reason
+    # The first step slept 1 s while 2 workers filled their 4 batches (50 ms each); the
+    # window's fast steps took them at once, then waited for the rest (how many the
+    # workers had made again by the window's end varies).
+    assert m.queue_drained >= 1
+    made = 6 - m.queue_drained
+    assert m.samples_per_s == pytest.approx(made * 16 / m.window_s)
+    eager = run_trial(space, Config(batch_size=16), tmp_path / "w0")
+    assert eager.queue_drained is None and eager.samples_per_s == pytest.approx(
+        6 * 16 / eager.window_s
+    )
