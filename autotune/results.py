@@ -24,6 +24,8 @@ from .planned import Plan, Projection, project
 # round, and a config first measured in a confirmation round (an ablation of the winner,
 # or the winner reduced to the knobs that matter).
 BASELINE, SEARCH, DUPLICATE, REPEAT = "baseline", "search", "duplicate", "repeat"
+# The trial user attr of a screening trial: its move, "knob=value" (study/screening.py).
+MOVE = "screen"
 CONFIRM = "confirm"
 FREE_BATCH_WARNING = "global batch was free: convergence may differ from the baseline"
 # The default of search.min_gain: a knob of the winner is kept only if the median of its
@@ -60,6 +62,7 @@ class TrialRecord:
     round: int | None = None  # the paired confirmation round of this run
     ratios: tuple[float, ...] = ()  # per round: this config's value / the baseline's
     compile_warm_s: float | None = None
+    move: str | None = None  # a screening trial's move ("knob=value")
 
     @property
     def feasible(self) -> bool:

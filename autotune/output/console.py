@@ -80,8 +80,9 @@ class ConsoleReporter(Reporter):
             head = f"confirm round {record.round}{again}"
         else:
             head = f"trial {done}{of}"
+        role = f"screen {record.move}" if record.move else record.role
         self.console.print(
-            f"{self.prefix}{head} #{record.number} {escape(f'[{record.role}]')} "
+            f"{self.prefix}{head} #{record.number} {escape(f'[{role}]')} "
             f"{record.config.short()} | "
             f"{rate_text(record.measurement)}{self._mfu(record)} | {status} | {best_text}"
         )

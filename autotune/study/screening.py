@@ -28,7 +28,7 @@ from ..config import Config
 from ..errors import AutotuneError
 from ..knobs import KNOBS
 from ..measurement import OK, PRUNED, Measurement
-from ..results import BASELINE, SEARCH, TrialRecord
+from ..results import BASELINE, MOVE, SEARCH, TrialRecord  # noqa: F401 (screening.MOVE)
 from ..space import Space
 from .sampling import like
 
@@ -36,8 +36,8 @@ from .sampling import like
 ATTR = "screening"
 # Its value in a new study until the baseline is measured and the plan made.
 PENDING = "pending"
-# The trial user attr naming a screening trial's move, and its proposer.
-MOVE = "screen"
+# A screening trial carries its move in the trial user attr MOVE (results.MOVE), and its
+# proposer here.
 PROPOSED_BY = "screening"
 
 # Knobs whose first run pays a long one-off cost (a cold compile: 10-45 s on the CPU,

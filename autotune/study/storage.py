@@ -24,7 +24,7 @@ from ..credentials import redact_url, scrub
 from ..errors import StorageError, first_line
 from ..measurement import OK, Measurement
 from ..planned import Plan
-from ..results import SEARCH, TrialRecord, TuneResult
+from ..results import MOVE, SEARCH, TrialRecord, TuneResult
 from ..space import Space
 from .sampling import ENCODING, INDEXES, VALUES, make_sampler
 from .screening import kept as kept_plan
@@ -149,6 +149,7 @@ def records(study: optuna.Study) -> list[TrialRecord]:
                 loss_deviation=attrs.get("loss_deviation"),
                 repeat_of=attrs.get("repeat_of"),
                 round=attrs.get("round"),
+                move=attrs.get(MOVE),
             )
         )
     return out

@@ -498,6 +498,7 @@ class Tuner:
             verdict.loss_deviation,
             repeat_of,
             round=round_,
+            move=trial.user_attrs.get(screening.MOVE),
         )
 
     def _result(self, study: optuna.Study) -> TuneResult:

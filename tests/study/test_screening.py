@@ -4,13 +4,16 @@ from, and a replayed study that screens one knob per trial, then hands over to T
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 from pathlib import Path
 
 import optuna
 import pytest
+from rich.console import Console
 
 from autotune import Config, Measurement, load_space, tune
+from autotune.output.console import ConsoleReporter
 from autotune.output.facts import summary_facts
 from autotune.output.report import report_data
 from autotune.results import BASELINE, SEARCH, TrialRecord
@@ -263,6 +266,12 @@ def test_a_replayed_study_screens_one_knob_per_trial_then_hands_over_to_tpe(tmp_
     assert [t.number for t in screened] == list(range(1, 7))
     assert [t.user_attrs[screening.MOVE] for t in screened] == plan["order"]
     records = {t.number: t for t in result.trials}
+    # Each screening trial's record names its move, and its progress line says it.
+    assert [records[t.number].move for t in screened] == plan["order"]
+    assert all(r.move is None for r in result.trials if r.number not in range(1, 7))
+    out = io.StringIO()
+    ConsoleReporter(Console(file=out, width=300)).trial(records[4], records[4], records[0], 5, 12)
+    assert "#4 [screen amp_dtype=bf16] " in out.getvalue()
     for t in screened:
         before = [records[n] for n in range(t.number) if n in records]
         start = screening.incumbent(before, space.search.min_gain)
