@@ -66,6 +66,11 @@ class Measurement:
     # Micro-batches the window took from the DataLoader workers' queue beyond what they
     # made in it (its start's prefetched batches): left out of the rates (loop.window_drain).
     queue_drained: int | None = None
+    # Token workloads batched by autotune: the rates are the epoch's, the window's time
+    # scaled by the fitted time of the epoch's mean step over the window's (trial/epoch.py);
+    # window_rate is the window's own rate, in the unit (None when not scaled).
+    epoch_scale: float | None = None
+    window_rate: float | None = None
     peak_longest_bytes: int | None = None  # peak memory of a step of the longest batch
     longest_batch_tokens: int | None = None  # its length (tokens per sample, padded)
     longest_s: float | None = None  # that untimed step's wall time (between warm-up and window)

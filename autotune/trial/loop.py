@@ -7,6 +7,7 @@ reads, so a hopeless trial can be stopped (pruned) without waiting for the end.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -20,8 +21,10 @@ import torch
 from ..config import Config
 from ..measurement import NAN, OK, TOKENS, Measurement, compile_estimate_s
 from ..workload import Workload
+from .apply import StreamSampler
 from .build import Built
 from .clock import StepClock, peak_memory, reset_peak_memory, spread
+from .epoch import EPOCH_STEPS, EpochScale, epoch_scale, epoch_shapes
 from .guard import RANK, WORLD
 from .tokens import dataset_lengths, longest_indices
 
@@ -76,11 +79,13 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
         (lambda: compiles.spent_s() - before_window) if compiles.enabled else None,
     )
     queued_before = ready_batches(batches)
+    step_positions = [applied.positions]
     clock = StepClock(device)
     clock.start()
     for _ in range(int(trial["measured_steps"])):
         losses.append(applied.train_step(batches))
         clock.mark()
+        step_positions.append(applied.positions)
         progress.update(clock)
     clock.stop()
     queued_after = ready_batches(batches)
@@ -94,6 +99,7 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
         recompile_in_window_s = 0.0
     window_s = clock.window_s - recompile_in_window_s
     warmup_s = warmup.window_s
+    scale = _epoch_scale(built, clock.step_times_s(), step_positions)
     # Peaks are the largest of the three phases; counters (allocator retries) are cumulative.
     memory = dict(peaks[-1])
     for key in ("peak_mem_bytes", "peak_allocated_bytes"):
@@ -123,6 +129,13 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
     samples_per_s, tokens_per_s = window_rates(
         workload, steps * per_step * produced, real, window_s
     )
+    window_rate = None
+    if scale is not None:  # the epoch's mean step, anchored to the window's time
+        window_rate = tokens_per_s
+        real = steps * scale.real_per_step * produced * WORLD
+        samples_per_s, tokens_per_s = window_rates(
+            workload, steps * per_step * produced, real, window_s * scale.time
+        )
     m = Measurement(
         status=OK,
         samples_per_s=samples_per_s,
@@ -133,6 +146,8 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
         padding_share=padding / positions if positions else None,
         data_share=data_share,
         queue_drained=drained,
+        epoch_scale=scale.time if scale is not None else None,
+        window_rate=window_rate,
         peak_longest_bytes=peaks[1]["peak_mem_bytes"] if longest is not None else None,
         longest_batch_tokens=longest,
         longest_s=longest_s,
@@ -153,6 +168,27 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
         first = next(i for i, x in enumerate(values) if not math.isfinite(x))
         return m.replace(status=NAN, reason=f"loss is {values[first]} at step {first}")
     return m
+
+
+def _epoch_scale(built: Built, times: list[float], cumulative: list[int]) -> EpochScale | None:
+    """The epoch's mean step over the window's (:mod:`autotune.trial.epoch`), for a token
+    workload batched by autotune's collate from the trial's stream of samples."""
+    applied, lengths = built.applied, built.lengths
+    sampler = applied.loader.sampler
+    if built.workload.tokens is None or not lengths or not isinstance(sampler, StreamSampler):
+        return None
+    config = built.config
+    steps = min(EPOCH_STEPS, len(lengths) // config.global_batch)
+    shapes = epoch_shapes(
+        iter(sampler),
+        lengths,
+        applied.loader.collate_fn,
+        config.batch_size,
+        config.accumulation_steps,
+        steps,
+    )
+    positions = [b - a for a, b in itertools.pairwise(cumulative)]
+    return epoch_scale(times, positions, shapes) if shapes else None
 
 
 def ready_batches(batches: Any) -> int | None:

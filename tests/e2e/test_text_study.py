@@ -46,5 +46,11 @@ def test_a_text_study_judges_each_layout_against_its_own_reference(write_space, 
     assert len(lengths) == 256
     spec = json.loads((runs / "trial-0000" / "spec.json").read_text())
     assert spec["lengths_path"] == str((runs / "probe" / "lengths.json").resolve())
+    # Their rates are the epoch's: each window fitted against its steps' positions and
+    # scaled to the mean step of an epoch of the same stream, computed from the lengths.
+    for t in result.trials:
+        m = t.measurement
+        assert m.epoch_scale is not None and m.window_rate is not None, t.config.short()
+        assert m.epoch_scale > 0 and m.tokens_per_s != m.window_rate
     best = json.loads(json.dumps(result.best.measurement.to_dict()))
     assert best["unit"] == "tokens" and best["tokens_per_s"] > 0
