@@ -6,7 +6,7 @@ config, the evidence and the machine it was measured on.
 :func:`autotune.load_config`), as Hugging Face ``TrainingArguments`` or Lightning
 ``Trainer``/``DataLoader`` keyword arguments (a Python snippet), or as a shell fragment.
 Knobs a target cannot express are listed in the output, never dropped (see
-:mod:`autotune.output.trainer_args`).
+:mod:`autotune.trainer_args`).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from .. import trainer_args
 from ..config import Config
 from ..credentials import redact_url
 from ..errors import AutotuneError, yaml_problem
@@ -28,7 +29,6 @@ from ..planned import Projection
 from ..results import machine_line, recommendation
 from ..space_file import load_space
 from ..study.storage import load_result
-from . import trainer_args
 from .facts import speedup_text
 
 FORMATS = ("yaml", "json", "hf", "lightning", "env", "torch")
