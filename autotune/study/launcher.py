@@ -67,7 +67,9 @@ def run_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     (``AUTOTUNE_STORAGE``, which may hold a password): runs never open the study."""
     env = {**os.environ, **import_env(os.environ), **(extra or {})}
     env.pop(STORAGE_ENV, None)
-    package_root = str(Path(__file__).resolve().parent.parent)
+    # the folder holding the autotune package (not the package itself: on the path, its
+    # modules would shadow top-level ones, e.g. a workload's `import lightning`)
+    package_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     env.setdefault("PYTHONUNBUFFERED", "1")
     env["AUTOTUNE_DRIVER_PID"] = str(os.getpid())
