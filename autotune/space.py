@@ -233,6 +233,9 @@ class Space:
     # Every sample's length (token workloads), found once by the study's probe and read by
     # its trials: a JSON file in the study's run folder. Not part of the fingerprint.
     lengths_path: str | None = None
+    # The file's content as parsed (plain data), for a baseline the workload supplies
+    # (:func:`autotune.space_file.with_workload_baseline`). Not part of the fingerprint.
+    data: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @property
     def fixed_batch(self) -> bool:

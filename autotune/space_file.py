@@ -533,6 +533,7 @@ def parse_space(data: Any, *, source: str = "<space>", base_dir: Path = Path("."
         limits=limits,
         global_batch=global_batch,
         notes=tuple(notes),
+        data=dict(data),
     )
     never = never_apply(space)
     if never:  # an invalid combination: these values would never run
@@ -544,6 +545,53 @@ def parse_space(data: Any, *, source: str = "<space>", base_dir: Path = Path("."
             ]
         )
     return space
+
+
+def with_workload_baseline(space: Space, values: Mapping[str, Any], workload: str) -> Space:
+    """``space`` with a workload's own settings (``Workload.baseline``: a Trainer's
+    arguments) as its baseline: the file's ``baseline:`` and fixed knobs still win, and
+    the global batch, the batch sizes that divide it and the candidates follow as for a
+    baseline written in the file.
+
+    Raises:
+        SpaceError: the settings do not fit the file (a batch size that does not divide
+            its ``global_batch``, a value no knob allows), each problem naming them.
+    """
+    data = dict(space.data) if space.data is not None else _data_of(space)
+    given = dict(data.get("baseline") or {})
+    merged = {**values, **given}
+    shown = ", ".join(f"{k}={show(v)}" for k, v in values.items())
+    try:
+        new = parse_space(
+            {**data, "baseline": merged}, source=space.source, base_dir=space.base_dir
+        )
+    except SpaceError as e:
+        raise SpaceError(
+            [f"{p} (the baseline comes from the workload {workload}: {shown})" for p in e.problems]
+        ) from None
+    notes = [f"baseline from the workload {workload}: {shown}"]
+    notes += [
+        f"baseline.{k}={show(v)} (the space file) replaces the workload's {show(values[k])}"
+        for k, v in given.items()
+        if k in values and values[k] != v
+    ]
+    # the file's own notes (batch sizes dropped for its global batch...) are made again
+    return replace(
+        space,
+        knobs=new.knobs,
+        baseline=new.baseline,
+        global_batch=new.global_batch,
+        notes=(*new.notes, *notes),
+    )
+
+
+def _data_of(space: Space) -> dict[str, Any]:
+    """What a space made in code (not parsed from a file) says about knobs and batch."""
+    return {
+        "workload": space.workload,
+        "knobs": {k: list(v) for k, v in space.knobs.items()},
+        **({} if space.global_batch is None else {"global_batch": space.global_batch}),
+    }
 
 
 def _values(values: tuple[Any, ...], name: str) -> str:

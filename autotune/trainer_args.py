@@ -252,6 +252,11 @@ def _hf_fsdp(r: _Rules, kw: dict[str, Any], block_types: Sequence[str]) -> None:
         )
     kw["fsdp"] = True
     kw["fsdp_config"] = config
+    if kw.get("use_cpu"):
+        r.notes.append(
+            "fsdp on the CPU: accelerate (1.16) shards only on GPUs; a CPU Trainer with "
+            "fsdp=True trains DDP instead (the FSDP2 config is accepted, not applied)"
+        )
     r.notes.append(
         "fsdp: transformers 5 (FSDP2 through accelerate); 4.x: fsdp='full_shard auto_wrap' "
         "and fsdp_config={'fsdp_version': 2, ...}"

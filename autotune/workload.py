@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,6 +103,9 @@ class Workload:
             checkpointing (e.g. a Hugging Face model's ``gradient_checkpointing_enable``);
             used for ``gradient_checkpointing`` when no ``blocks`` are given.
         name: shown in reports.
+        baseline: knob values the user's own training setup already uses (a
+            ``transformers.Trainer``'s ``TrainingArguments``, a Lightning DataModule's
+            loader): the study's baseline, under what the space file's ``baseline:`` sets.
     """
 
     model: Callable[[], Any]
@@ -116,9 +119,15 @@ class Workload:
     count_tokens: Callable[[Any], int] | None = None
     checkpointing: Callable[[Any], None] | None = None
     name: str = "workload"
+    baseline: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self._check_modules()
+        if self.baseline is not None and not isinstance(self.baseline, Mapping):
+            raise WorkloadError(
+                "Workload.baseline must be a mapping of knob name to value but got "
+                f"{type(self.baseline).__name__}"
+            )
         for name in ("model", "dataset", "loss", "optimizer"):
             value = getattr(self, name)
             if not callable(value):
@@ -260,8 +269,42 @@ def load_workload(
         workload = factory(**(args or {}))
     except Exception as e:
         raise WorkloadError(f"workload {ref!r} raised {type(e).__name__}: {e}") from e
-    if not isinstance(workload, Workload):
+    if isinstance(workload, Workload):
+        return workload
+    adapted = _from_trainer(workload, ref)
+    if adapted is None:
         raise WorkloadError(
-            f"workload {ref!r} must return autotune.Workload but returned {type(workload).__name__}"
+            f"workload {ref!r} must return autotune.Workload but returned "
+            f"{type(workload).__name__} (a transformers.Trainer or a (LightningModule, "
+            "LightningDataModule) pair is taken too)"
         )
-    return workload
+    return adapted
+
+
+def _classes(value: Any) -> set[str]:
+    """The qualified names of ``value``'s classes, without importing their packages."""
+    return {f"{c.__module__}.{c.__qualname__}" for c in type(value).__mro__}
+
+
+LIGHTNING_MODULES = {
+    "lightning.pytorch.core.module.LightningModule",
+    "pytorch_lightning.core.module.LightningModule",
+}
+
+
+def _from_trainer(value: Any, ref: str) -> Workload | None:
+    """A workload made from a ``transformers.Trainer`` or a ``(LightningModule,
+    LightningDataModule)`` pair (the adapters import their framework); ``None`` for
+    anything else."""
+    if "transformers.trainer.Trainer" in _classes(value):
+        from . import hf as adapter
+    elif isinstance(value, tuple) and value and _classes(value[0]) & LIGHTNING_MODULES:
+        from . import lightning as adapter  # type: ignore[no-redef]
+    else:
+        return None
+    try:
+        return adapter.from_trainer(value)
+    except WorkloadError as e:
+        raise WorkloadError(f"workload {ref!r}: {e}") from None
+    except Exception as e:
+        raise WorkloadError(f"workload {ref!r}: {type(e).__name__}: {e}") from e

@@ -39,7 +39,7 @@ from ..results import (
     write_best_config,
 )
 from ..space import Space
-from ..space_file import load_space
+from ..space_file import load_space, with_workload_baseline
 from . import coordination, launcher, scoring, screening
 from .backend import SubprocessBackend, TrialBackend
 from .confirm import Confirmation
@@ -119,6 +119,9 @@ class Tuner:
         lengths = self.out_dir / folder / "lengths.json"
         if lengths.is_file():  # the trials read the samples' lengths instead of a pass
             self.space = replace(self.space, lengths_path=str(lengths.resolve()))
+        facts = probe.get("workload") or {}
+        if facts.get("baseline"):  # a Trainer's own arguments: the baseline
+            self.space = with_workload_baseline(self.space, facts["baseline"], facts["name"])
         self.capabilities = probe["capabilities"]
         caps = Capabilities.from_dict(self.capabilities)
         if self.space.trial.planned_tokens is not None and not caps.tokens:

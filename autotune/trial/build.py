@@ -19,7 +19,12 @@ from .guard import init_distributed
 
 
 def load(spec: dict[str, Any]) -> Workload:
-    """The workload a spec names (its path relative to the space file's folder)."""
+    """The workload a spec names (its path relative to the space file's folder).
+
+    torch is seeded first with the run's seed: a factory that builds its model right
+    away (a ``make_trainer()`` returning a Trainer) builds the same weights in every run.
+    """
+    torch.manual_seed(int(spec.get("seed", (spec.get("trial") or {}).get("seed", 0))))
     base = Path(spec["base_dir"]) if spec.get("base_dir") else None
     return load_workload(spec["workload"], spec.get("workload_args"), base)
 

@@ -284,6 +284,8 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
         "dataset_len": len(dataset),
         "tokens_per_sample": workload.tokens_per_sample,
     }
+    if workload.baseline:  # a Trainer's own settings: the driver makes them the baseline
+        facts["baseline"] = dict(workload.baseline)
     if workload.tokens is not None:  # checks tokens.lengths against the dataset
         found = dataset_lengths(dataset, workload.tokens)
         if spec.get("lengths_path"):  # for the trials of the study
@@ -305,9 +307,22 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
         baseline = Config.from_dict(spec["baseline"])
         seed = int(spec.get("seed", 0))
         env["model_flops"] = model_flops(workload, dataset, baseline, device, seed)
-        keys = usable_peak_keys(spec.get("peak_keys", ["fp32"]), caps)
+        keys = [*spec.get("peak_keys", ["fp32"]), *_own_peak_keys(workload.baseline)]
+        keys = usable_peak_keys(list(dict.fromkeys(keys)), caps)
         env.update(peak_facts(keys, device, env.get("nvml_name") or env.get("device_name")))
     return {"status": OK, "capabilities": caps, "environment": env, "workload": facts}
+
+
+def _own_peak_keys(values: Any) -> list[str]:
+    """The peak a workload's own baseline (a Trainer's bf16, tf32) computes at: the space
+    file's baseline, which the probe was given, does not know it yet."""
+    if not values:
+        return []
+    amp = values.get("amp_dtype", "fp32")
+    if amp != "fp32":
+        return [amp]
+    precision = values.get("matmul_precision", "highest")
+    return ["fp32" if precision == "highest" else f"fp32-{precision}"]
 
 
 def usable_peak_keys(keys: list[str], caps: dict[str, Any]) -> list[str]:

@@ -1,0 +1,205 @@
+"""A transformers.Trainer and a (LightningModule, LightningDataModule) pair as workloads:
+what each adapter takes from the framework, and the baseline it gives (real frameworks,
+random-init models, nothing downloaded)."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+
+import pytest
+import torch
+from conftest import ROOT
+
+from autotune import Config, SpaceError, WorkloadError
+from autotune.space_file import parse_space, with_workload_baseline
+from autotune.trial.apply import apply_workload
+from autotune.workload import load_workload
+
+sys.path.insert(0, str(ROOT / "examples"))
+EXAMPLES = ROOT / "examples"
+
+
+def test_a_trainer_is_the_workload_with_its_loss_optimizer_collator_and_baseline():
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("datasets")
+    workload = load_workload(f"{EXAMPLES}/hf_trainer.py:make_trainer", {"n": 64, "hidden": 32})
+    assert workload.name == "Trainer(BertForSequenceClassification)"
+    base = workload.baseline
+    assert (base["batch_size"], base["accumulation_steps"]) == (16, 2)  # TrainingArguments
+    assert workload.tokens is not None  # input_ids, and the collator makes an attention_mask
+    model = workload.model()
+    opt = workload.optimizer(model.parameters())
+    # the Trainer's optimizer: AdamW at its learning rate, no decay on biases and norms
+    assert [g["weight_decay"] for g in opt.param_groups] == [0.01, 0.0]
+    assert opt.defaults["lr"] == 1e-3
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert all(
+        "bias" in names[id(p)] or "LayerNorm" in names[id(p)] for p in opt.param_groups[1]["params"]
+    )
+    applied = apply_workload(Config(batch_size=8, accumulation_steps=2), workload, device="cpu")
+    batch = next(iter(applied.loader))
+    assert set(batch) == {"input_ids", "attention_mask", "labels"}  # the text column is gone
+    assert batch["labels"].shape == (8,)  # one label per sample: not a causal LM
+    batches = iter(applied.loader)
+    losses = [float(applied.train_step(batches)) for _ in range(3)]
+    assert all(0 < loss < 5 for loss in losses)
+    assert 0 < applied.real_tokens < applied.positions  # from the attention mask
+    # the loss is the Trainer's compute_loss: the model's cross-entropy over the labels
+    trainer = transformers.Trainer(
+        model=model, args=transformers.TrainingArguments("/tmp/x", report_to="none")
+    )
+    model.eval()  # no dropout: the same value twice
+    with torch.no_grad():
+        assert float(workload.loss(model, batch)) == pytest.approx(
+            float(trainer.compute_loss(model, batch))
+        )
+
+
+def test_training_arguments_map_to_the_baseline_knobs(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from autotune.hf import trainer_baseline
+
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=8,
+        bf16=True,
+        use_cpu=True,
+        tf32=False,
+        dataloader_num_workers=2,
+        dataloader_prefetch_factor=4,
+        dataloader_persistent_workers=True,
+        torch_compile=True,
+        torch_compile_mode="max-autotune",
+        gradient_checkpointing=True,
+        train_sampling_strategy="group_by_length",
+    )
+    values = trainer_baseline(args)
+    assert values == {
+        "batch_size": 4,
+        "accumulation_steps": 8,
+        "amp_dtype": "bf16",
+        "num_workers": 2,
+        "pin_memory": bool(args.dataloader_pin_memory),
+        "compile_mode": "max-autotune",
+        "gradient_checkpointing": True,
+        "length_grouping": "grouped",
+        "matmul_precision": "highest",
+        "persistent_workers": True,
+        "prefetch_factor": 4,
+    }
+    Config.from_dict(values)  # a valid config
+
+
+def test_apply_writes_a_config_into_new_training_arguments(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    import autotune.hf
+
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        per_device_train_batch_size=16,
+        dataloader_num_workers=2,
+        dataloader_prefetch_factor=4,
+        torch_compile=True,
+        torch_compile_mode="max-autotune",
+        train_sampling_strategy="group_by_length",
+    )
+    config = Config(batch_size=8, accumulation_steps=4, amp_dtype="bf16", compile_mode="default")
+    with pytest.warns(UserWarning, match=r"set by hand: channels_last=True: "):
+        new = autotune.hf.apply(args, config.replace(channels_last=True))
+    assert new is not args and args.per_device_train_batch_size == 16  # not mutated
+    assert (new.per_device_train_batch_size, new.gradient_accumulation_steps) == (8, 4)
+    assert new.bf16 and new.torch_compile and new.torch_compile_mode is None  # the default
+    # back at the defaults: no workers (and so no prefetch), random order
+    assert new.dataloader_num_workers == 0 and new.dataloader_prefetch_factor is None
+    assert new.train_sampling_strategy == "random"
+    assert new.output_dir == args.output_dir and new.use_cpu
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        autotune.hf.apply(args, config)  # everything expressible: no warning
+
+
+def test_the_workloads_baseline_is_under_the_space_files():
+    data = {
+        "workload": "x.py:make_trainer",
+        "knobs": {"batch_size": [8, 16, 32, 64], "amp_dtype": ["fp32", "bf16"]},
+    }
+    space = parse_space(data)
+    assert space.baseline.batch_size == 32 and space.global_batch == 32
+    trainer = {"batch_size": 16, "accumulation_steps": 2, "amp_dtype": "bf16"}
+    rebased = with_workload_baseline(space, trainer, "Trainer(M)")
+    assert (rebased.baseline.batch_size, rebased.baseline.accumulation_steps) == (16, 2)
+    assert rebased.baseline.amp_dtype == "bf16" and rebased.global_batch == 32
+    assert rebased.knobs["batch_size"] == (8, 16, 32)  # 64 does not divide 32
+    assert "baseline from the workload Trainer(M): batch_size=16" in rebased.notes[-1]
+    # a baseline the file writes wins, and is said to
+    mine = with_workload_baseline(
+        parse_space({**data, "baseline": {"batch_size": 8}}), trainer, "T"
+    )
+    assert mine.baseline.batch_size == 8 and mine.global_batch == 8 * 2
+    assert any(
+        "baseline.batch_size=8 (the space file) replaces the workload's 16" in n for n in mine.notes
+    )
+    # settings that do not fit the file: one line naming where they come from
+    with pytest.raises(SpaceError) as err:
+        with_workload_baseline(parse_space({**data, "global_batch": 64}), {"batch_size": 48}, "T")
+    assert str(err.value) == (
+        "<space>: baseline.batch_size: 48 does not divide global_batch 64 "
+        "(the baseline comes from the workload T: batch_size=48)"
+    )
+
+
+def _lightning_pair(optimizers=None):
+    pl = pytest.importorskip("lightning.pytorch")
+    import lightning_module
+
+    module, data = lightning_module.make_trainer(n=256, width=32)
+    if optimizers is not None:
+        module.configure_optimizers = optimizers.__get__(module)
+    return pl, module, data
+
+
+def test_a_lightning_pair_is_the_workload_of_its_training_step_and_loader(tmp_path):
+    pl, module, data = _lightning_pair()
+    workload = load_workload(
+        f"{EXAMPLES}/lightning_module.py:make_trainer", {"n": 256, "width": 32}
+    )
+    assert workload.name == "LightningModule(Classifier)"
+    assert workload.baseline == {"batch_size": 64, "num_workers": 0, "pin_memory": False}
+    applied = apply_workload(
+        Config(batch_size=16, accumulation_steps=4), workload, device="cpu", endless=True
+    )
+    assert isinstance(applied.optimizer, torch.optim.AdamW)  # configure_optimizers' (a dict)
+    batches = iter(applied.loader)
+    losses = [float(applied.train_step(batches)) for _ in range(8)]
+    assert losses[-1] < losses[0]  # training_step's cross-entropy, optimised
+    # the loss is training_step's: same batch, same model, same value
+    x, y = next(iter(applied.loader))
+    step = applied.model
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # self.log outside a Trainer
+        assert float(step((x, y))) == pytest.approx(float(step.module.training_step((x, y), 0)))
+
+
+def test_a_lightning_pair_the_adapter_cannot_tune_is_one_line():
+    from autotune.lightning import from_trainer
+
+    def two(self):
+        return [
+            torch.optim.SGD(self.parameters(), lr=0.1),
+            torch.optim.SGD(self.parameters(), lr=0.1),
+        ]
+
+    _, module, data = _lightning_pair(optimizers=two)
+    workload = from_trainer((module, data))
+    with pytest.raises(WorkloadError, match="configure_optimizers\\(\\) returned 2 optimizers"):
+        workload.optimizer(workload.model().parameters())
+    module.automatic_optimization = False
+    with pytest.raises(WorkloadError, match="manual optimization"):
+        from_trainer((module, data))
+    with pytest.raises(
+        WorkloadError, match="must return \\(LightningModule, LightningDataModule\\)"
+    ):
+        from_trainer((module,))
