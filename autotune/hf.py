@@ -256,8 +256,9 @@ def apply(trainer: Any, config: Any, *, warn: bool = True) -> Any:
 
     args = getattr(trainer, "args", trainer)
     values = config.to_dict() if isinstance(config, Config) else dict(config)
-    mapped = hf_training_arguments(values)
+    mapped = hf_training_arguments(values, args.device.type)  # no tf32 on a CPU
     kwargs = dict(mapped.kwargs["TrainingArguments"])
+    kwargs.pop("use_cpu", None)  # where the trainer runs stays the user's choice
     if kwargs.get("torch_compile") and "torch_compile_mode" not in kwargs:
         kwargs["torch_compile_mode"] = None  # the default mode, not the one args had
     if not kwargs["dataloader_num_workers"]:  # refused without workers

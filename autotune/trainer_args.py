@@ -193,7 +193,9 @@ def hf_training_arguments(
         )
     if "matmul_precision" in r:
         precision = r.values["matmul_precision"]
-        if precision in ("high", "highest"):
+        if device == "cpu":  # TrainingArguments refuses tf32 without an Ampere GPU
+            r.cannot("matmul_precision", f"{HF} on the CPU (tf32 needs an Ampere or newer GPU)")
+        elif precision in ("high", "highest"):
             kw["tf32"] = r.take("matmul_precision") == "high"
         else:
             r.cannot("matmul_precision", f"{HF} (tf32 is on/off only)")

@@ -6,7 +6,7 @@ import pytest
 
 transformers = pytest.importorskip("transformers")
 
-from workloads import gpt2  # noqa: E402
+from workloads import Texts, gpt2  # noqa: E402
 
 from autotune import Config, load_space  # noqa: E402
 from autotune.study.runner import probe, run_trial  # noqa: E402
@@ -39,3 +39,21 @@ def test_gradient_checkpointing_uses_the_models_own(write_space, tmp_path):
     m = run_trial(space, space.config_from({"gradient_checkpointing": True}), tmp_path / "t")
     assert m.ok, m.reason
     assert m.unit == "tokens" and m.tokens_per_s and 0 < m.padding_share < 1
+
+
+def test_a_tokenized_datasets_dataset_in_torch_format_is_the_dataset():
+    datasets = pytest.importorskip("datasets")
+    import autotune.hf
+
+    texts = Texts([5, 17, 9, 30, 12, 8, 21, 6] * 4)
+    ds = datasets.Dataset.from_dict({"input_ids": [texts[i]["input_ids"] for i in range(32)]})
+    ds.set_format("torch")
+    assert isinstance(ds[0]["input_ids"], __import__("torch").Tensor)
+    model = gpt2().model  # the same random-init GPT-2, over the datasets.Dataset
+    workload = autotune.hf.workload(model=model, dataset=lambda: ds, pad_id=0)
+    applied = apply_workload(Config(batch_size=8), workload, device="cpu", endless=True)
+    batches = iter(applied.loader)
+    losses = [float(applied.train_step(batches)) for _ in range(4)]
+    assert all(0 < loss < 10 for loss in losses)
+    # 4 steps of 8 samples: the whole dataset once, each sample's real tokens counted
+    assert applied.real_tokens == sum(texts.lengths)

@@ -20,8 +20,8 @@ sys.path.insert(0, str(EXAMPLES))
 
 
 def _study(tmp_path, workload: str, args: str, knobs: str):
-    """Run a two-trial study of ``workload`` through the CLI; the baseline trial's config
-    and the recommendation's best_config.yaml."""
+    """Run a two-trial study of ``workload`` through the CLI; the baseline trial's config,
+    the recommendation's best_config.yaml and the run's output."""
     space = tmp_path / "space.yaml"
     space.write_text(
         textwrap.dedent(f"""
@@ -35,10 +35,10 @@ def _study(tmp_path, workload: str, args: str, knobs: str):
     )
     run = run_cli("run", str(space), cwd=tmp_path)
     assert run.returncode == 0, run.stderr
-    assert "baseline from the workload" in run.stdout
     study = optuna.load_study(study_name="space", storage=f"sqlite:///{tmp_path}/autotune.db")
     (baseline,) = [t for t in study.trials if t.user_attrs.get("role") == "baseline"]
-    return baseline.user_attrs["config"], tmp_path / "autotune-runs/space/best_config.yaml"
+    best = tmp_path / "autotune-runs/space/best_config.yaml"
+    return baseline.user_attrs["config"], best, run.stdout
 
 
 def _exported(best, fmt, tmp_path) -> dict:
@@ -56,7 +56,7 @@ def test_a_trainer_is_tuned_from_its_arguments_and_the_export_trains(tmp_path):
 
     import autotune.hf
 
-    baseline, best = _study(
+    baseline, best, stdout = _study(
         tmp_path, "hf_trainer.py:make_trainer", "{n: 96, hidden: 32}", "{batch_size: [16, 32]}"
     )
     trainer = hf_trainer.make_trainer(n=96, hidden=32, output_dir=str(tmp_path / "out"))
@@ -65,6 +65,7 @@ def test_a_trainer_is_tuned_from_its_arguments_and_the_export_trains(tmp_path):
         own["pin_memory"] = False  # pinning needs CUDA: replaced, with a note
     assert {k: baseline[k] for k in own} == own
     assert (baseline["batch_size"], baseline["accumulation_steps"]) == (16, 2)  # not 32 x 1
+    assert "note: baseline from the workload Trainer(BertForSequenceClassification)" in stdout
 
     # The recommendation, as `autotune export --format hf` writes it, trained by the Trainer
     kwargs = _exported(best, "hf", tmp_path)["training_args_kwargs"]
@@ -97,7 +98,7 @@ def test_a_lightning_pair_is_tuned_from_its_loader_and_the_export_fits(tmp_path)
     pl = pytest.importorskip("lightning.pytorch")
     import lightning_module
 
-    baseline, best = _study(
+    baseline, best, stdout = _study(
         tmp_path,
         "lightning_module.py:make_trainer",
         "{n: 512, width: 64}",
@@ -106,6 +107,7 @@ def test_a_lightning_pair_is_tuned_from_its_loader_and_the_export_fits(tmp_path)
     # the data module's loader: batch 64 (the file's default would be 32), no workers
     assert (baseline["batch_size"], baseline["accumulation_steps"]) == (64, 1)
     assert (baseline["num_workers"], baseline["pin_memory"]) == (0, False)
+    assert "note: baseline from the workload LightningModule(Classifier)" in stdout
 
     # The recommendation, as `autotune export --format lightning` writes it, fit by Lightning
     exported = _exported(best, "lightning", tmp_path)
