@@ -101,7 +101,8 @@ def from_trainer(trainer: Any) -> Workload:
     ``world_size`` and ``fsdp`` knobs search those.
 
     Raises:
-        WorkloadError: the Trainer has no ``train_dataset``, or an iterable one.
+        WorkloadError: the Trainer has no ``train_dataset``, or an iterable one, or
+            its ``optim`` builds its own parameter groups.
     """
     import torch
 

@@ -244,7 +244,12 @@ def _import_target(ref: str, base_dir: Path | None) -> Any:
 
 
 def load_workload(
-    ref: str, args: dict[str, Any] | None = None, base_dir: Path | None = None
+    ref: str,
+    args: dict[str, Any] | None = None,
+    base_dir: Path | None = None,
+    *,
+    seed: int | None = None,
+    adapt: Callable[[Any], Workload | None] | None = None,
 ) -> Workload:
     """Load a workload from a reference and call its factory.
 
@@ -253,6 +258,12 @@ def load_workload(
             file path is resolved against ``base_dir`` (the space file's folder).
         args: keyword arguments for the factory.
         base_dir: folder for relative file paths.
+        seed: seeds torch after the import, before the factory runs: a factory that
+            builds its model right away (``make_trainer()``) builds the same weights in
+            every run.
+        adapt: turns what the factory returned, when not a :class:`Workload`, into one
+            (``None`` for something it does not know): :func:`autotune.adapters.load`
+            passes the Trainer and Lightning adapters.
 
     Raises:
         WorkloadError: the reference cannot be imported, or the factory fails or returns
@@ -265,13 +276,22 @@ def load_workload(
         return factory
     if not callable(factory):
         raise WorkloadError(f"workload {ref!r} is neither a Workload nor a function returning one")
+    if seed is not None:
+        import torch  # only the trial process passes a seed
+
+        torch.manual_seed(seed)
     try:
         workload = factory(**(args or {}))
     except Exception as e:
         raise WorkloadError(f"workload {ref!r} raised {type(e).__name__}: {e}") from e
     if isinstance(workload, Workload):
         return workload
-    adapted = _from_trainer(workload, ref)
+    try:
+        adapted = adapt(workload) if adapt is not None else None
+    except WorkloadError as e:
+        raise WorkloadError(f"workload {ref!r}: {e}") from None
+    except Exception as e:
+        raise WorkloadError(f"workload {ref!r}: {type(e).__name__}: {e}") from e
     if adapted is None:
         raise WorkloadError(
             f"workload {ref!r} must return autotune.Workload but returned "
@@ -279,32 +299,3 @@ def load_workload(
             "LightningDataModule) pair is taken too)"
         )
     return adapted
-
-
-def _classes(value: Any) -> set[str]:
-    """The qualified names of ``value``'s classes, without importing their packages."""
-    return {f"{c.__module__}.{c.__qualname__}" for c in type(value).__mro__}
-
-
-LIGHTNING_MODULES = {
-    "lightning.pytorch.core.module.LightningModule",
-    "pytorch_lightning.core.module.LightningModule",
-}
-
-
-def _from_trainer(value: Any, ref: str) -> Workload | None:
-    """A workload made from a ``transformers.Trainer`` or a ``(LightningModule,
-    LightningDataModule)`` pair (the adapters import their framework); ``None`` for
-    anything else."""
-    if "transformers.trainer.Trainer" in _classes(value):
-        from . import hf as adapter
-    elif isinstance(value, tuple) and value and _classes(value[0]) & LIGHTNING_MODULES:
-        from . import lightning as adapter  # type: ignore[no-redef]
-    else:
-        return None
-    try:
-        return adapter.from_trainer(value)
-    except WorkloadError as e:
-        raise WorkloadError(f"workload {ref!r}: {e}") from None
-    except Exception as e:
-        raise WorkloadError(f"workload {ref!r}: {type(e).__name__}: {e}") from e

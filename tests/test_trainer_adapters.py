@@ -12,9 +12,9 @@ import torch
 from conftest import ROOT
 
 from autotune import Config, SpaceError, WorkloadError
+from autotune.adapters import load as load_workload
 from autotune.space_file import parse_space, with_workload_baseline
 from autotune.trial.apply import apply_workload
-from autotune.workload import load_workload
 
 sys.path.insert(0, str(ROOT / "examples"))
 EXAMPLES = ROOT / "examples"
@@ -203,3 +203,21 @@ def test_a_lightning_pair_the_adapter_cannot_tune_is_one_line():
         WorkloadError, match="must return \\(LightningModule, LightningDataModule\\)"
     ):
         from_trainer((module,))
+
+
+def test_a_stored_study_refuses_a_trainer_whose_arguments_changed(tmp_path):
+    """The fingerprint covers the space file, not the Trainer's arguments: a resumed study
+    would keep its old baseline trial, so a change is one line, not a silent mix."""
+    import optuna
+
+    from autotune.study.tuner import Tuner
+
+    space = parse_space({"workload": "x.py:make_trainer", "knobs": {"batch_size": [8, 16]}})
+    study = optuna.create_study()
+    tuner = Tuner(space, out_dir=tmp_path, storage="sqlite:///:memory:")
+    tuner.workload_baseline = {"batch_size": 16, "amp_dtype": "fp32"}
+    tuner._same_workload_baseline(study)  # recorded by the first run
+    tuner._same_workload_baseline(study)  # the same settings resume
+    tuner.workload_baseline = {"batch_size": 8, "amp_dtype": "fp32"}
+    with pytest.raises(SpaceError, match=r"settings changed since study .*\(batch_size 16 -> 8\)"):
+        tuner._same_workload_baseline(study)

@@ -57,6 +57,8 @@ from .storage import open_study, records
 # counts as such a proposal: it spends no budget (it costs nothing), so without the
 # streak a sampler stuck in an over-memory region would loop.
 MAX_DUPLICATES_IN_A_ROW = 30
+# The study's record of a workload's own settings (a Trainer's arguments): its baseline.
+WORKLOAD_BASELINE = "workload_baseline"
 
 
 def _sampled(trial: optuna.Trial) -> bool:
@@ -108,6 +110,7 @@ class Tuner:
         self.environment: dict[str, Any] = {}
         self.capabilities: dict[str, Any] = {}
         self.notes: list[str] = []
+        self.workload_baseline: dict[str, Any] | None = None  # a Trainer's own settings
 
     def _trial_dir(self, number: int) -> Path:
         return self.out_dir / f"trial-{number:04d}"
@@ -120,8 +123,9 @@ class Tuner:
         if lengths.is_file():  # the trials read the samples' lengths instead of a pass
             self.space = replace(self.space, lengths_path=str(lengths.resolve()))
         facts = probe.get("workload") or {}
-        if facts.get("baseline"):  # a Trainer's own arguments: the baseline
-            self.space = with_workload_baseline(self.space, facts["baseline"], facts["name"])
+        self.workload_baseline = facts.get("baseline")
+        if self.workload_baseline:  # a Trainer's own arguments: the baseline
+            self.space = with_workload_baseline(self.space, self.workload_baseline, facts["name"])
         self.capabilities = probe["capabilities"]
         caps = Capabilities.from_dict(self.capabilities)
         if self.space.trial.planned_tokens is not None and not caps.tokens:
@@ -150,6 +154,25 @@ class Tuner:
             self.environment.get("device_memory_bytes")
         )
 
+    def _same_workload_baseline(self, study: optuna.Study) -> None:
+        """A study resumed with a Trainer whose arguments changed would keep the old
+        baseline trial (the fingerprint covers the space file, not the arguments)."""
+        own, stored = self.workload_baseline, study.user_attrs.get(WORKLOAD_BASELINE)
+        if not own:
+            return
+        if stored is not None and stored != own:
+            changed = ", ".join(
+                f"{k} {stored.get(k)!r} -> {own.get(k)!r}"
+                for k in sorted(set(own) | set(stored))
+                if own.get(k) != stored.get(k)
+            )
+            raise SpaceError(
+                f"{self.space.source}: the workload's own settings changed since study "
+                f"{self.study_name!r} measured its baseline ({changed}): start a new study "
+                "(--study-name)"
+            )
+        study.set_user_attr(WORKLOAD_BASELINE, own)
+
     def run(self) -> TuneResult:
         # Storage first: a bad URL or a study from another space fails before any work.
         study = open_study(self.space, self.storage, self.study_name, make_sampler(self.space))
@@ -160,6 +183,7 @@ class Tuner:
             launcher.prestart(self.out_dir / "launcher.log")
         try:
             self._prepare()
+            self._same_workload_baseline(study)
             study.set_user_attr("environment", self.environment)
             study.set_user_attr("capabilities", self.capabilities)
             stale = fail_stale_trials(study, grace_s=3 * self.space.study.heartbeat_s)

@@ -11,22 +11,21 @@ from typing import Any
 
 import torch
 
+from .. import adapters
 from ..config import Config
 from ..errors import WorkloadError
-from ..workload import Workload, load_workload
+from ..workload import Workload
 from .apply import Applied, apply_workload, resolve_device, set_threads
 from .guard import init_distributed
 
 
 def load(spec: dict[str, Any]) -> Workload:
-    """The workload a spec names (its path relative to the space file's folder).
-
-    torch is seeded first with the run's seed: a factory that builds its model right
-    away (a ``make_trainer()`` returning a Trainer) builds the same weights in every run.
-    """
-    torch.manual_seed(int(spec.get("seed", (spec.get("trial") or {}).get("seed", 0))))
+    """The workload a spec names (its path relative to the space file's folder), a
+    Trainer or Lightning pair adapted; torch is seeded with the run's seed before the
+    function runs, so a model it builds starts from the same weights in every run."""
     base = Path(spec["base_dir"]) if spec.get("base_dir") else None
-    return load_workload(spec["workload"], spec.get("workload_args"), base)
+    seed = int(spec.get("seed", (spec.get("trial") or {}).get("seed", 0)))
+    return adapters.load(spec["workload"], spec.get("workload_args"), base, seed=seed)
 
 
 @dataclass
