@@ -99,7 +99,8 @@ def TrainingStep(module: Any) -> Any:  # noqa: N802  (a torch class, made on fir
                 )
             return out
 
-    return _TrainingStep(module)
+    named = type(f"{type(module).__name__}.training_step", (_TrainingStep,), {})
+    return named(module)  # reports name the module, not the wrapper
 
 
 def _optimizer(module: Any, params: Iterable[Any]) -> Any:
