@@ -211,6 +211,12 @@ def hf_training_arguments(
         for name in ("ddp_bucket_cap_mb", "ddp_static_graph"):  # TrainingArguments fields
             if name in r:
                 kw[name] = r.take(name)
+    if kw["gradient_accumulation_steps"] * world > 1:
+        r.notes.append(
+            "token workloads: the Trainer weighs micro-batches and processes by their tokens "
+            "itself, as autotune measured (num_items_in_batch, for a model or "
+            "compute_loss_func that takes it; average_tokens_across_devices=True, the default)"
+        )
     if world > 1:
         r.cannot("world_size", f"{HF} (the launcher sets it)")
         r.notes.append(

@@ -28,6 +28,9 @@ def _int_at_least(where: str, value: Any, low: int) -> None:
         raise WorkloadError(f"{where} must be an integer >= {low} but got {value!r}")
 
 
+LOSS_KINDS = ("token_mean", "token_sum", "sample_mean")
+
+
 @dataclass(frozen=True)
 class Tokens:
     """Says that a workload's samples are token sequences, so autotune owns the batch.
@@ -49,6 +52,17 @@ class Tokens:
             be packed together (the ``packing`` knob).
         eos_id: the separator packing puts after each sample.
         pack_length: the length of a packed row.
+        loss: what the workload's loss is over a micro-batch, so that accumulation
+            weighs micro-batches right (one optimizer step is the per-token mean over all
+            its micro-batches and ranks, whatever the split): ``token_mean`` (the
+            default: a mean over the tokens it scores; each micro-batch's loss is
+            weighted by its tokens over the step's), ``token_sum`` (a sum over them;
+            divided by the step's tokens) or ``sample_mean`` (a mean per sample, e.g.
+            one label per sequence: micro-batches weigh equally).
+        loss_tokens: ``loss_tokens(batch) -> int``, the tokens a batch's loss scores (as
+            the loader yields it); by default the ``labels`` other than ``-100`` after
+            each row's first position (a next-token loss shifts the labels by one; the
+            Hugging Face Trainer counts the same).
     """
 
     pad_id: int
@@ -57,6 +71,8 @@ class Tokens:
     causal_lm: bool = False
     eos_id: int | None = None
     pack_length: int | None = None
+    loss: str = "token_mean"
+    loss_tokens: Callable[[Any], int] | None = None
 
     def __post_init__(self) -> None:
         _int_at_least("tokens.pad_id", self.pad_id, 0)
@@ -75,6 +91,15 @@ class Tokens:
             )
         if not isinstance(self.key, str) or not self.key:
             raise WorkloadError(f"tokens.key must be a non-empty string but got {self.key!r}")
+        if self.loss not in LOSS_KINDS:
+            raise WorkloadError(
+                f"tokens.loss must be one of {', '.join(LOSS_KINDS)} but got {self.loss!r}"
+            )
+        if self.loss_tokens is not None and not callable(self.loss_tokens):
+            raise WorkloadError(
+                "tokens.loss_tokens must be a function counting a batch's scored tokens "
+                f"but got {type(self.loss_tokens).__name__}"
+            )
 
 
 @dataclass(frozen=True)

@@ -129,10 +129,15 @@ def _env(
 
 
 def _torch(
-    values: dict[str, Any], device: str | None = None, blocks: Sequence[str] = ()
+    values: dict[str, Any],
+    device: str | None = None,
+    blocks: Sequence[str] = (),
+    unit: str | None = None,
 ) -> list[str]:
     """The config as code for a plain PyTorch loop: the process group and FSDP2 sharding
-    or DDP as autotune's trials set them up, then one line per other knob off its default."""
+    or DDP as autotune's trials set them up, how a token workload's step weighs its
+    micro-batches (``unit``: the measured one, ``None`` when unknown), then one line per
+    other knob off its default."""
     config = Config.from_dict({k: v for k, v in values.items() if k in KNOBS})
     on_gpu = device != "cpu"
     lines = ["# plain PyTorch: the setup autotune measured (autotune.apply does the same)"]
@@ -170,6 +175,7 @@ def _torch(
             "# each rank loads its share of every step: batch_size per rank, e.g.",
             "# DataLoader(dataset, batch_size=..., sampler=DistributedSampler(dataset))",
         ]
+    lines += _token_weighting(config, unit)
     skip = {"world_size", "fsdp", *trainer_args.FSDP_OPTIONS, *trainer_args.DDP_OPTIONS}
     rest = [
         f"# {k}={v!r}: {trainer_args.PLAIN_PYTORCH.get(k, 'see autotune.apply').format(v=v)}"
@@ -177,6 +183,21 @@ def _torch(
         if k not in skip and (v != KNOBS[k].default or k == "batch_size")
     ]
     return [*lines, *(["# the other knobs:"] if rest else []), *rest]
+
+
+def _token_weighting(config: Config, unit: str | None) -> list[str]:
+    """How a step of several micro-batches (or ranks) of a token workload weighs them, as
+    ``Applied.train_step`` does: nothing when one micro-batch is the whole step or the
+    workload was measured in samples."""
+    if config.accumulation_steps * config.world_size == 1 or unit not in (None, "tokens"):
+        return []
+    return [
+        "# token workloads: a step is the per-token mean over all its micro-batches and ranks.",
+        "# Before the first backward count each micro-batch's scored tokens n_i (labels other",
+        "# than -100 after each row's first), N = their sum (dist.all_reduce over the ranks),",
+        "# then backward loss_i * n_i * world_size / N for a per-token mean loss",
+        "# (loss_i * world_size / N for a per-token sum); DDP and FSDP average over the ranks.",
+    ]
 
 
 def _fsdp_code(config: Config, device_type: str, blocks: Sequence[str]) -> list[str]:
@@ -248,8 +269,12 @@ def export_config(
     if fmt == "lightning":
         lines = _lightning(values, blocks)
     else:  # the HF mappings depend on where the config was measured (use_cpu)
-        render = {"hf": _hf, "env": _env, "torch": _torch}[fmt]
-        lines = render(values, environment.get("device"), blocks)
+        render = {"hf": _hf, "env": _env}.get(fmt)
+        if render is None:
+            unit = ((evidence or {}).get("measured") or {}).get("unit")
+            lines = _torch(values, environment.get("device"), blocks, unit)
+        else:
+            lines = render(values, environment.get("device"), blocks)
     return "\n".join([*(f"# {h}" for h in header), *lines]) + "\n"
 
 

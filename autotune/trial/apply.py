@@ -28,6 +28,7 @@ from .tokens import (
     count_batch,
     dataset_lengths,
     grouped,
+    scored_tokens,
 )
 
 _AMP = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -151,6 +152,21 @@ def make_loader(
         order = list(grouped(iter(permutation), lengths, group))
         return DataLoader(dataset, sampler=order, **kwargs)
     return DataLoader(dataset, shuffle=True, generator=g, **kwargs)
+
+
+def _summed_over_ranks(count: int, device: torch.device) -> tuple[Any, int]:
+    """``(count summed over the ranks, world size)``; at least 1, so that a step with no
+    scored token divides nothing by zero. NCCL sums on the device (a tensor, no host
+    sync), gloo on the host."""
+    import torch.distributed as dist
+
+    _, world = _rank_and_world()
+    if world == 1:
+        return max(count, 1), 1
+    on_device = dist.get_backend() == "nccl"
+    total = torch.tensor(count, device=device if on_device else "cpu", dtype=torch.float32)
+    dist.all_reduce(total)
+    return (total.clamp(min=1) if on_device else max(int(total.item()), 1)), world
 
 
 def _rank_and_world() -> tuple[int, int]:
@@ -311,6 +327,10 @@ class Applied:
     # Host seconds :meth:`train_step` spent waiting for the next batch (the loader's
     # iterator: a worker's queue, or the main process loading and collating).
     data_wait_s: float = 0.0
+    # How micro-batches weigh in a step (Tokens.loss; sample_mean without tokens) and
+    # what counts a batch's scored tokens (Tokens.loss_tokens, else its labels).
+    loss_kind: str = "sample_mean"
+    loss_tokens: Callable[[Any], int] = scored_tokens
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """The autocast context of the config (a no-op for fp32)."""
@@ -356,28 +376,40 @@ class Applied:
     def train_step(self, batches: Iterator[Any]) -> torch.Tensor:
         """One optimizer step over ``accumulation_steps`` micro-batches from ``batches``.
 
-        Returns the mean micro-batch loss as a detached tensor (no host sync).
+        For a token workload the step is the per-token mean over all its micro-batches
+        and ranks, whatever the split: the micro-batches are taken first (they are on the
+        host) and their scored tokens counted, summed over the ranks, before the first
+        backward; each micro-batch's loss is then weighted by its share (see
+        :class:`autotune.Tokens`). Otherwise every micro-batch weighs the same.
+
+        Returns the step's loss as a detached tensor (no host sync): the per-token mean
+        for a token workload (under DDP/FSDP, the mean over the ranks of what each
+        returns), else the mean micro-batch loss.
         """
-        accum = self.config.accumulation_steps
-        total = torch.zeros((), device=self.device)
-        for i in range(accum):
+        micro = []
+        for _ in range(self.config.accumulation_steps):
             with phase("data"):
                 waited = time.perf_counter()
                 batch = next(batches)
                 self.data_wait_s += time.perf_counter() - waited
                 self._count(batch)
+            micro.append(batch)
+        weights = self._weights(micro)
+        total = torch.zeros((), device=self.device)
+        last = len(micro) - 1
+        for i, weight in enumerate(weights):
             with phase("to_device"):
-                batch = self.to_device(batch)
+                batch, micro[i] = self.to_device(micro[i]), None
             # Under DDP only the last micro-batch all-reduces gradients. FSDP (no no_sync)
             # reduce-scatters every micro-batch: its gradients stay sharded.
-            sync = i == accum - 1 or not hasattr(self.model, "no_sync")
+            sync = i == last or not hasattr(self.model, "no_sync")
             with contextlib.nullcontext() if sync else self.model.no_sync():
                 with phase("forward"), self.forward_context():
                     loss = self.loss_fn(self.model, batch)
                 with phase("backward"):
-                    scaled = loss.float() / accum
+                    scaled = loss.float() * weight
                     (self.scaler.scale(scaled) if self.scaler else scaled).backward()
-            total += loss.detach().float()
+            total += scaled.detach()
         with phase("optimizer"):
             if self.scaler is not None:
                 # get_scale() syncs with the device; only fp16 pays that, once per step.
@@ -388,7 +420,23 @@ class Applied:
             else:
                 self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=self.config.zero_grad_set_to_none)
-        return total / accum
+        return total
+
+    def _weights(self, micro: Sequence[Any]) -> list[Any]:
+        """What each micro-batch's loss is multiplied by before its backward.
+
+        ``sample_mean`` (and any workload without tokens): ``1 / accumulation_steps``.
+        ``token_mean``: its scored tokens over the step's, ``token_sum``: one over the
+        step's; the step's are summed over the ranks, and both are multiplied by the
+        number of ranks, whose gradients DDP and FSDP average.
+        """
+        if self.loss_kind == "sample_mean":
+            return [1.0 / len(micro)] * len(micro)
+        counts = [int(self.loss_tokens(batch)) for batch in micro]
+        step, world = _summed_over_ranks(sum(counts), self.device)
+        if self.loss_kind == "token_sum":
+            counts = [1] * len(micro)
+        return [count * world / step for count in counts]
 
 
 def _build_optimizer(optimizer: Any, model: torch.nn.Module) -> torch.optim.Optimizer:
@@ -509,7 +557,8 @@ def apply(
         seed: seed of the data order.
         endless: stream batches without epoch boundaries (what trials do).
         tokens: the samples are token sequences (:class:`autotune.Tokens`): without a
-            ``collate_fn``, batches are padded by autotune (``pad_to_multiple_of``).
+            ``collate_fn``, batches are padded by autotune (``pad_to_multiple_of``), and
+            a step weighs its micro-batches by their scored tokens (``Tokens.loss``).
         lengths: every sample's length, for ``length_grouping`` (else one pass over the
             dataset computes them).
         count_tokens: counts a batch's real tokens (default: its ``attention_mask``).
@@ -570,7 +619,18 @@ def apply(
     )
     if count_tokens is None and config.packing != "off":  # the EOS separators are not data
         count_tokens = CountWithout(tokens.eos_id)
-    return Applied(config, device, model, opt, loader, loss, scaler, count_tokens=count_tokens)
+    return Applied(
+        config,
+        device,
+        model,
+        opt,
+        loader,
+        loss,
+        scaler,
+        count_tokens=count_tokens,
+        loss_kind=tokens.loss if tokens is not None else "sample_mean",
+        loss_tokens=(tokens.loss_tokens if tokens is not None else None) or scored_tokens,
+    )
 
 
 def apply_workload(

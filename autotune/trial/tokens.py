@@ -86,6 +86,24 @@ class CountWithout:
         return int(mask.sum()) - int(((batch["input_ids"] == self.eos_id) & (mask == 1)).sum())
 
 
+def scored_tokens(batch: Any) -> int:
+    """The tokens a next-token loss scores in a batch: its ``labels`` other than ``-100``
+    after each row's first position (the loss shifts the labels by one), as the Hugging
+    Face Trainer counts ``num_items_in_batch``.
+
+    Raises:
+        WorkloadError: the batch holds no ``labels`` to count.
+    """
+    labels = batch.get("labels") if isinstance(batch, Mapping) else None
+    if not isinstance(labels, torch.Tensor):
+        raise WorkloadError(
+            "token-weighted accumulation counts the labels a loss scores, but the batch has "
+            "no 'labels' tensor: give Tokens(loss_tokens=...) (a batch's scored tokens), or "
+            "Tokens(loss='sample_mean') for a loss that is a mean per sample"
+        )
+    return int((labels[..., 1:] != IGNORE_INDEX).sum())
+
+
 def dataset_lengths(dataset: Any, tokens: Tokens) -> list[int]:
     """Every sample's length: from ``tokens.lengths()``, checked against the dataset at a
     few samples, else by one pass over the dataset.

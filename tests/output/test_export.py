@@ -352,3 +352,18 @@ def test_torch_export_of_a_single_process_config_names_the_batch():
     assert "# accumulation_steps=4: step the optimizer every 4 micro-batches" in text
     assert "torch.compile(model, mode=...)" in text
     assert "fully_shard" not in text and "init_process_group" not in text
+
+
+def test_exports_say_how_a_token_step_weighs_its_micro_batches():
+    """The torch export writes token-weighted accumulation (as autotune.apply does) for a
+    token workload's config of several micro-batches; the hf export says the Trainer does
+    it itself; a config measured in samples, or of one micro-batch, gets neither."""
+    config = Config(batch_size=16, accumulation_steps=4)
+    tokens = {"measured": {"unit": "tokens"}}
+    text = export_config(config, "torch", evidence=tokens)
+    compile(text, "train.py", "exec")
+    assert "loss_i * n_i * world_size / N" in text
+    assert "n_i" not in export_config(config, "torch", evidence={"measured": {"unit": "samples"}})
+    assert "n_i" not in export_config(Config(batch_size=64), "torch", evidence=tokens)
+    assert "num_items_in_batch" in export_config(config, "hf")
+    assert "num_items_in_batch" not in export_config(Config(batch_size=64), "hf")
