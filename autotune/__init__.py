@@ -2,7 +2,8 @@
 
 The public API is re-exported here, each name imported on first use: ``import autotune``
 (and the driver process) stays light, and only ``apply``/``Applied``/``apply_workload``
-(the code a trial runs, :mod:`autotune.trial.apply`) import torch.
+(the code a trial runs, :mod:`autotune.trial.apply`) and ``sample_mask``/
+``isolated_attention`` (for a model's forward, :mod:`autotune.trial.tokens`) import torch.
 """
 
 from __future__ import annotations
@@ -32,12 +33,14 @@ __all__ = [
     "config_from_env",
     "export_config",
     "hf_training_arguments",
+    "isolated_attention",
     "lightning_kwargs",
     "load_best",
     "load_config",
     "load_space",
     "make_report",
     "run_workers",
+    "sample_mask",
     "tune",
 ]
 
@@ -45,6 +48,8 @@ _WHERE = {
     "Applied": "trial.apply",
     "apply": "trial.apply",
     "apply_workload": "trial.apply",
+    "isolated_attention": "trial.tokens",
+    "sample_mask": "trial.tokens",
     "AutotuneError": "errors",
     "SpaceError": "errors",
     "StorageError": "errors",

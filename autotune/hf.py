@@ -10,7 +10,9 @@
 The loss is the model's own (``outputs.loss``, computed from the ``labels`` autotune's
 collate builds: the ids, ``-100`` on padding), tokens are counted from the attention mask,
 and ``gradient_checkpointing`` turns on the model's own ``gradient_checkpointing_enable()``
-unless ``blocks`` are given. Nothing is downloaded: build the model from a config.
+unless ``blocks`` are given. ``packing: isolated`` gives the model transformers'
+padding-free layout (``DataCollatorWithFlattening``: one row, ``position_ids`` restarting
+per sample). Nothing is downloaded: build the model from a config.
 
 A ``transformers.Trainer`` is a workload too: a space's ``workload: train.py:make_trainer``
 may name a function returning one (:func:`from_trainer`); its ``TrainingArguments`` are
@@ -27,8 +29,29 @@ from .workload import Tokens, Workload
 
 
 def model_loss(model: Any, batch: Any) -> Any:
-    """``model(**batch).loss``: what a transformers model computes from ``labels``."""
+    """``model(**batch).loss``: what a transformers model computes from ``labels``.
+
+    A ``packing: isolated`` batch (``position_ids``, one row) goes in without its
+    attention mask and without a cache: only then do transformers' masks follow the
+    packed ``position_ids`` (``masking_utils.find_packed_sequence_indices``), and with
+    either the samples would see each other.
+    """
+    if "position_ids" in batch:
+        packed = {k: v for k, v in batch.items() if k != "attention_mask"}
+        return model(**packed, use_cache=False).loss
     return model(**batch).loss
+
+
+def padding_free() -> str | None:
+    """``"flat"`` where the installed transformers keeps samples packed into one row apart
+    from their restarting ``position_ids`` (its masks do since ``masking_utils`` has
+    ``find_packed_sequence_indices``; checked on the CPU with SDPA and eager attention,
+    tests/test_isolated_packing.py), else ``None``."""
+    try:
+        from transformers.masking_utils import find_packed_sequence_indices  # noqa: F401
+    except ImportError:
+        return None
+    return "flat"
 
 
 def enable_checkpointing(model: Any) -> None:
@@ -72,7 +95,10 @@ def workload(
         dataset=dataset,
         loss=model_loss,
         blocks=blocks,
-        tokens=Tokens(pad_id=pad_id, lengths=lengths, key=key),
+        # the model's own next-token loss; isolated packing where transformers supports it
+        tokens=Tokens(
+            pad_id=pad_id, lengths=lengths, key=key, causal_lm=True, isolated=padding_free()
+        ),
         checkpointing=enable_checkpointing if blocks is None else None,
         name=name,
         **extra,

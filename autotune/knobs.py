@@ -18,7 +18,7 @@ SDPA_BACKENDS = ("auto", "math", "efficient", "flash", "cudnn")
 OPTIMIZER_IMPLS = ("default", "foreach", "fused", "for-loop")
 JIT_MODES = ("off", "script", "trace")
 LENGTH_GROUPING = ("off", "grouped")
-PACKING = ("off", "packed")
+PACKING = ("off", "packed", "isolated")
 FSDP_MODES = ("off", "blocks", "root")
 FSDP_DTYPES = ("fp32", "bf16")
 
@@ -49,6 +49,8 @@ class Capabilities:
     token_collate: bool = False  # ... and autotune pads them (no collate_fn of its own)
     packing_undeclared: str = "the workload's samples are not token sequences (Workload.tokens)"
     # why packing would be a mistake ("" when Tokens(causal_lm=True, eos_id, pack_length))
+    isolated_undeclared: str = "the workload's samples are not token sequences (Workload.tokens)"
+    # why packing: isolated would be ("" when Tokens(causal_lm=True, isolated=...))
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Capabilities:
@@ -295,7 +297,9 @@ def _pad_multiple_unsupported(caps: Capabilities, value: int) -> str | None:
 
 
 def _packing_mistake(caps: Capabilities, value: str) -> str | None:
-    return caps.packing_undeclared or None if value != "off" else None
+    if value == "isolated":
+        return caps.isolated_undeclared or None
+    return caps.packing_undeclared or None if value == "packed" else None
 
 
 def _packing_unsupported(caps: Capabilities, value: str) -> str | None:
@@ -398,9 +402,10 @@ KNOBS: dict[str, Knob] = {
             "packing",
             "choice",
             "off",
-            "concatenate samples (an EOS after each) into rows of Tokens.pack_length: no "
-            "padding; the same samples per step, attention may cross samples in a row "
-            "(causal-LM token workloads)",
+            "concatenate samples into rows of Tokens.pack_length: little padding, the same "
+            "samples per step; packed: an EOS after each, attention may cross samples in a "
+            "row; isolated: whole samples, positions restart and attention stays within "
+            "each sample (causal-LM token workloads; isolated: Tokens(isolated=...))",
             choices=PACKING,
             unsupported=_packing_unsupported,
             mistake=_packing_mistake,

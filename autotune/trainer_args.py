@@ -48,8 +48,10 @@ PLAIN_PYTORCH = {
     "(transformers: LengthGroupedSampler)",
     "pad_to_multiple_of": "DataCollatorWithPadding(tokenizer, pad_to_multiple_of={v}) "
     "or the same in your collate_fn",
-    "packing": "concatenate samples with an EOS into fixed-length rows (TRL: "
-    "SFTConfig(packing=True), which also resets attention at sample boundaries)",
+    "packing": "packed: samples with an EOS concatenated into fixed-length rows (TRL: "
+    "SFTConfig(packing=True)); isolated: samples kept apart, transformers' "
+    "DataCollatorWithFlattening (TRL: SFTConfig(padding_free=True)), or position_ids "
+    "restarting per sample with autotune.sample_mask",
     "world_size": "launch {v} processes: torchrun --nproc-per-node={v} train.py",
     "ddp_bucket_cap_mb": "DistributedDataParallel(model, bucket_cap_mb={v})",
     "ddp_gradient_as_bucket_view": "DistributedDataParallel(model, gradient_as_bucket_view={v})",

@@ -29,6 +29,7 @@ def _int_at_least(where: str, value: Any, low: int) -> None:
 
 
 LOSS_KINDS = ("token_mean", "token_sum", "sample_mean")
+ISOLATED_LAYOUTS = ("rows", "flat")
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,15 @@ class Tokens:
             be packed together (the ``packing`` knob).
         eos_id: the separator packing puts after each sample.
         pack_length: the length of a packed row.
+        isolated: the model keeps samples packed into one row apart, so ``packing:
+            isolated`` may be searched (positions restart at each sample, attention never
+            crosses samples): ``rows`` — rows of ``pack_length`` whose batch adds
+            ``position_ids`` and ``seq_ids`` (each token's sample in its row, ``-1`` on
+            padding), for a model that passes them to :func:`autotune.sample_mask` and
+            :func:`autotune.isolated_attention`; ``flat`` — one row per micro-batch with
+            ``position_ids`` restarting per sample (transformers' padding-free layout,
+            ``DataCollatorWithFlattening``; :func:`autotune.hf.workload` sets it where the
+            installed transformers honours it).
         loss: what the workload's loss is over a micro-batch, so that accumulation
             weighs micro-batches right (one optimizer step is the per-token mean over all
             its micro-batches and ranks, whatever the split): ``token_mean`` (the
@@ -71,6 +81,7 @@ class Tokens:
     causal_lm: bool = False
     eos_id: int | None = None
     pack_length: int | None = None
+    isolated: str | None = None
     loss: str = "token_mean"
     loss_tokens: Callable[[Any], int] | None = None
 
@@ -91,6 +102,11 @@ class Tokens:
             )
         if not isinstance(self.key, str) or not self.key:
             raise WorkloadError(f"tokens.key must be a non-empty string but got {self.key!r}")
+        if self.isolated is not None and self.isolated not in ISOLATED_LAYOUTS:
+            raise WorkloadError(
+                f"tokens.isolated must be one of {', '.join(ISOLATED_LAYOUTS)} or None but "
+                f"got {self.isolated!r}"
+            )
         if self.loss not in LOSS_KINDS:
             raise WorkloadError(
                 f"tokens.loss must be one of {', '.join(LOSS_KINDS)} but got {self.loss!r}"
@@ -222,6 +238,32 @@ class Workload:
         ]
         if missing:
             return f"packing needs Tokens({', '.join(missing)}): a per-token causal-LM loss"
+        return None
+
+    @property
+    def isolated_undeclared(self) -> str | None:
+        """Why ``packing: isolated`` would be a mistake (``None`` when the workload declared
+        a per-token causal-LM loss and a model that keeps packed samples apart)."""
+        if self.tokens is None:
+            return "the workload's samples are not token sequences (Workload.tokens)"
+        missing = [
+            name
+            for name, ok in (
+                ("causal_lm=True", self.tokens.causal_lm),
+                ("isolated='rows' or 'flat'", self.tokens.isolated is not None),
+                (
+                    "pack_length",
+                    self.tokens.isolated != "rows" or self.tokens.pack_length is not None,
+                ),
+            )
+            if not ok
+        ]
+        if missing:
+            return (
+                f"packing: isolated needs Tokens({', '.join(missing)}): a per-token causal-LM "
+                "loss and a model that keeps packed samples apart (autotune.hf: a transformers "
+                "whose masks follow packed position_ids)"
+            )
         return None
 
     @property

@@ -60,13 +60,14 @@ class Block(nn.Module):
         self.proj = nn.Linear(dim, dim)
         self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: object = None) -> torch.Tensor:
         b, t, d = x.shape
         q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.heads, d // self.heads).unbind(2)
-        # Right padding and a causal mask: real tokens never attend to padding.
-        y = F.scaled_dot_product_attention(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
-        )
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        if mask is None:  # right padding and a causal mask: real tokens never see padding
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:  # packing: isolated: each token sees its own sample only
+            y = autotune.isolated_attention(q, k, v, mask)
         x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
         return x + self.mlp(self.norm2(x))
 
@@ -80,17 +81,26 @@ class TinyCausalLM(nn.Module):
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, N_IDS)
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
-        x = self.embed(input_ids) + self.pos(positions)
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor | None = None,
+        seq_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        if position_ids is None:
+            position_ids = torch.arange(input_ids.shape[1], device=input_ids.device)
+        x = self.embed(input_ids) + self.pos(position_ids)
+        # packing: isolated gives each token's sample in its row: one mask for all blocks
+        mask = autotune.sample_mask(seq_ids) if seq_ids is not None else None
         for block in self.blocks:
-            x = block(x)
+            x = block(x, mask)
         return self.head(self.norm(x))
 
 
 def causal_lm_loss(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Next-token cross-entropy, a mean over real tokens (labels are -100 on padding)."""
-    logits = model(batch["input_ids"])
+    """Next-token cross-entropy, a mean over the scored tokens (labels are -100 on padding,
+    and with packing: isolated on each sample's first token)."""
+    logits = model(batch["input_ids"], batch.get("position_ids"), batch.get("seq_ids"))
     return F.cross_entropy(
         logits[:, :-1].reshape(-1, N_IDS).float(),
         batch["labels"][:, 1:].reshape(-1),
@@ -120,5 +130,6 @@ def workload(
             causal_lm=True,  # a per-token next-token loss: samples may be packed
             eos_id=EOS,
             pack_length=pack_length,
+            isolated="rows",  # the model takes position_ids and seq_ids: samples kept apart
         ),
     )

@@ -23,6 +23,7 @@ from .compile import compile_model
 from .tokens import (
     GROUP_STEPS,
     CountWithout,
+    IsolatedCollate,
     PackCollate,
     TokenCollate,
     count_batch,
@@ -97,7 +98,17 @@ def collate_for(
     config: Config, tokens: Tokens | None, collate_fn: Callable | None
 ) -> Callable | None:
     """The collate a loader uses: a workload's own, else autotune's for token samples
-    (packing, or padding to ``pad_to_multiple_of``), else the DataLoader's default."""
+    (packing, isolated packing, or padding to ``pad_to_multiple_of``), else the
+    DataLoader's default."""
+    if config.packing == "isolated":
+        if tokens is None or collate_fn is not None or tokens.isolated is None:
+            raise ArgumentError(
+                "packing=isolated needs token samples with Tokens(isolated='rows' or 'flat')"
+            )
+        if tokens.isolated == "rows" and tokens.pack_length is None:
+            raise ArgumentError("packing=isolated needs Tokens(pack_length) for its rows")
+        flat = tokens.isolated == "flat"
+        return IsolatedCollate(tokens.pad_id, tokens.pack_length or 0, tokens.key, flat)
     if config.packing != "off":
         if tokens is None or collate_fn is not None or None in (tokens.eos_id, tokens.pack_length):
             raise ArgumentError("packing needs token samples with Tokens(eos_id, pack_length)")
@@ -617,7 +628,7 @@ def apply(
         tokens=tokens,
         lengths=lengths,
     )
-    if count_tokens is None and config.packing != "off":  # the EOS separators are not data
+    if count_tokens is None and config.packing == "packed":  # the EOS separators are not data
         count_tokens = CountWithout(tokens.eos_id)
     return Applied(
         config,

@@ -203,6 +203,7 @@ def capabilities(device: torch.device, workload: Workload, dataset: Any) -> dict
         "tokens": workload.tokens is not None,
         "token_collate": workload.owns_collate,
         "packing_undeclared": workload.packing_undeclared or "",
+        "isolated_undeclared": workload.isolated_undeclared or "",
     }
 
 

@@ -7,6 +7,7 @@ tokens are counted for tokens/s, and the ``length_grouping`` knob orders the str
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -73,6 +74,110 @@ class PackCollate:
         ids, mask = ids.view(rows, self.length), mask.view(rows, self.length)
         labels = ids.masked_fill(mask == 0, IGNORE_INDEX)
         return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+class IsolatedCollate:
+    """``packing: isolated``: whole samples packed into rows, kept apart.
+
+    ``rows``: each sample goes into the first row of ``pack_length`` tokens with room for
+    it (rows are as wide as the micro-batch's longest sample if that is longer), padded
+    at its end. ``flat``: the whole micro-batch in one row, no padding (transformers'
+    ``DataCollatorWithFlattening``). ``position_ids`` restart at 0 with each sample (and
+    with a row's padding, a segment of its own); ``labels`` are the ids with ``-100`` on
+    each sample's first token (nothing predicts it from the sample before) and on padding,
+    so a next-token loss scores exactly the tokens it scores unpacked. ``rows`` adds
+    ``seq_ids``: each token's sample in its row, ``-1`` on padding.
+    """
+
+    def __init__(self, pad_id: int, pack_length: int, key: str = "input_ids", flat: bool = False):
+        self.pad_id, self.length, self.key, self.flat = pad_id, pack_length, key, flat
+
+    def __call__(self, samples: Sequence[Any]) -> dict[str, torch.Tensor]:
+        seqs = [torch.as_tensor(sample_ids(s, self.key), dtype=torch.long) for s in samples]
+        lengths = [len(x) for x in seqs]
+        if self.flat:
+            rows, width = [list(range(len(seqs)))], sum(lengths)
+        else:
+            width = max([self.length, *lengths])
+            rows = first_fit(lengths, width)
+        shape = (len(rows), width)
+        ids = torch.full(shape, self.pad_id, dtype=torch.long)
+        labels = torch.full(shape, IGNORE_INDEX, dtype=torch.long)
+        positions = torch.zeros(shape, dtype=torch.long)
+        seq_ids = torch.full(shape, -1, dtype=torch.long)
+        for r, members in enumerate(rows):
+            at = 0
+            for j, i in enumerate(members):
+                x, n = seqs[i], lengths[i]
+                ids[r, at : at + n] = x
+                labels[r, at + 1 : at + n] = x[1:]
+                positions[r, at : at + n] = torch.arange(n)
+                seq_ids[r, at : at + n] = j
+                at += n
+            positions[r, at:] = torch.arange(width - at)
+        batch = {
+            "input_ids": ids,
+            "attention_mask": (seq_ids >= 0).long(),
+            "labels": labels,
+            "position_ids": positions,
+        }
+        if not self.flat:
+            batch["seq_ids"] = seq_ids
+        return batch
+
+
+def first_fit(lengths: Sequence[int], capacity: int) -> list[list[int]]:
+    """Indices of ``lengths`` in rows of ``capacity``: each into the first row with room
+    (a longer one alone in a row of its own), in order."""
+    rows: list[list[int]] = []
+    room: list[int] = []
+    for i, n in enumerate(lengths):
+        r = next((r for r, free in enumerate(room) if n <= free), None)
+        if r is None:
+            rows.append([])
+            room.append(capacity)
+            r = len(rows) - 1
+        rows[r].append(i)
+        room[r] -= n
+    return rows
+
+
+def sample_mask(seq_ids: torch.Tensor) -> Any:
+    """The attention mask of ``packing: isolated`` rows, built once per forward from the
+    batch's ``seq_ids``: a query attends to the keys of its own sample at or before it.
+
+    On CUDA a FlexAttention ``BlockMask`` (blocks of other samples are skipped); elsewhere
+    a boolean ``(batch, 1, length, length)`` mask for ``scaled_dot_product_attention``
+    (torch 2.13 has no FlexAttention backward on the CPU). Pass it to
+    :func:`isolated_attention`.
+    """
+    if seq_ids.is_cuda:
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        def same_sample(b: Any, h: Any, q: Any, kv: Any) -> Any:
+            return (seq_ids[b, q] == seq_ids[b, kv]) & (q >= kv)
+
+        batch, length = seq_ids.shape
+        return create_block_mask(same_sample, batch, None, length, length, device=seq_ids.device)
+    length = seq_ids.shape[-1]
+    causal = torch.ones(length, length, dtype=torch.bool, device=seq_ids.device).tril()
+    return ((seq_ids[:, :, None] == seq_ids[:, None, :]) & causal)[:, None]
+
+
+def isolated_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any) -> Any:
+    """Causal attention within each packed sample: ``q, k, v`` are ``(batch, heads,
+    length, head_dim)``, ``mask`` is :func:`sample_mask`'s (FlexAttention on CUDA,
+    compiled once per process; SDPA with the boolean mask elsewhere)."""
+    if isinstance(mask, torch.Tensor):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    return _flex_attention()(q, k, v, block_mask=mask)
+
+
+@functools.cache
+def _flex_attention() -> Any:
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention)  # eager FlexAttention materialises the scores
 
 
 class CountWithout:

@@ -1,0 +1,181 @@
+"""``packing: isolated``: samples packed into a row stay apart (positions restart, attention
+never crosses samples), so a packed batch computes what its samples compute unpacked: on
+examples/text_lm.py's model (rows, SDPA with a boolean mask on the CPU, FlexAttention on
+CUDA) and on a random-init Hugging Face GPT-2 (one row, transformers' padding-free layout).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+from workloads import gpt2
+
+from autotune import Config, SpaceError
+from autotune.knobs import Capabilities
+from autotune.space_file import parse_space
+from autotune.trial.apply import apply_workload
+from autotune.trial.tokens import IsolatedCollate, TokenCollate
+from autotune.workload import load_workload
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _text_lm():
+    workload = load_workload(
+        "examples/text_lm.py:workload",
+        {"n": 256, "median": 32, "longest": 160, "dim": 32, "layers": 2, "pack_length": 128},
+        base_dir=ROOT,
+    )
+    return dataclasses.replace(workload, optimizer=lambda params: torch.optim.SGD(params, lr=1.0))
+
+
+def test_isolated_rows_hold_whole_samples_with_restarting_positions():
+    batch = IsolatedCollate(pad_id=0, pack_length=6)([[1, 2, 3], {"input_ids": [4, 5, 6, 7]}, [8]])
+    # first fit: [1,2,3] and [8] share a row, [4,5,6,7] does not fit beside them
+    assert batch["input_ids"].tolist() == [[1, 2, 3, 8, 0, 0], [4, 5, 6, 7, 0, 0]]
+    assert batch["position_ids"].tolist() == [[0, 1, 2, 0, 0, 1], [0, 1, 2, 3, 0, 1]]
+    assert batch["seq_ids"].tolist() == [[0, 0, 0, 1, -1, -1], [0, 0, 0, 0, -1, -1]]
+    assert batch["labels"].tolist() == [
+        [-100, 2, 3, -100, -100, -100],
+        [-100, 5, 6, 7] + [-100] * 2,
+    ]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 0, 0]]
+    # a sample longer than pack_length widens every row, and the rows fill to that width
+    wide = IsolatedCollate(pad_id=0, pack_length=4)([[1, 2, 3, 4, 5, 6], [7, 8], [9, 10, 11]])
+    assert wide["input_ids"].tolist() == [[1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 0]]
+    flat = IsolatedCollate(pad_id=0, pack_length=0, flat=True)([[1, 2], [3, 4, 5]])
+    assert flat["input_ids"].tolist() == [[1, 2, 3, 4, 5]] and "seq_ids" not in flat
+    assert flat["position_ids"].tolist() == [[0, 1, 0, 1, 2]]
+
+
+def _samples(workload, count: int = 12) -> list:
+    dataset = workload.dataset()
+    return [dataset[i] for i in range(count)]
+
+
+def _separate(loss_fn, model, samples) -> torch.Tensor:
+    """The samples' own losses, each alone in a batch, weighted by their scored tokens."""
+    losses, counts = [], []
+    for sample in samples:
+        losses.append(loss_fn(model, TokenCollate(pad_id=0)([sample])))
+        counts.append(len(sample["input_ids"]) - 1)
+    return sum(x * n for x, n in zip(losses, counts, strict=True)) / sum(counts)
+
+
+@torch.no_grad()
+def test_the_isolated_loss_of_text_lm_rows_is_the_samples_unpacked_loss():
+    workload = _text_lm()
+    torch.manual_seed(0)
+    model = workload.model().eval()
+    samples = _samples(workload)
+    batch = IsolatedCollate(pad_id=0, pack_length=128)(samples)
+    assert batch["input_ids"].shape[0] < len(samples)  # several samples share a row
+    packed = workload.loss(model, batch)
+    torch.testing.assert_close(packed, _separate(workload.loss, model, samples))
+
+
+@torch.no_grad()
+def test_the_isolated_loss_of_a_hugging_face_model_is_the_samples_unpacked_loss():
+    """transformers (5.x here) honours packed position_ids with SDPA and eager attention
+    on the CPU, given no attention mask and no cache (autotune.hf.model_loss)."""
+    pytest.importorskip("transformers")
+    workload = gpt2()
+    assert workload.tokens.isolated == "flat"  # autotune.hf found the support
+    torch.manual_seed(0)
+    model = workload.model().eval()
+    samples = _samples(workload, 8)
+    batch = IsolatedCollate(pad_id=0, pack_length=0, flat=True)(samples)
+    for attention in ("sdpa", "eager"):
+        model.config._attn_implementation = attention
+        packed = workload.loss(model, batch)
+        torch.testing.assert_close(packed, _separate(workload.loss, model, samples))
+
+
+def _step(workload, **knobs) -> torch.Tensor:
+    """One optimizer step of 16 x 2 samples: the negative gradient, flat (SGD, lr=1)."""
+    applied = apply_workload(
+        Config(batch_size=16, accumulation_steps=2, **knobs), workload, device="cpu", endless=True
+    )
+    before = [p.detach().clone() for p in applied.model.parameters()]
+    applied.train_step(iter(applied.loader))
+    after = applied.model.parameters()
+    return torch.cat([(b - a.detach()).flatten() for b, a in zip(before, after, strict=True)])
+
+
+def _without_dropout(model: torch.nn.Module) -> torch.nn.Module:
+    """GPT-2's dropout draws other masks for another layout: off, the steps compare."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    return model
+
+
+@pytest.mark.parametrize("name", ["text_lm", "gpt2"])
+def test_an_isolated_step_trains_like_the_padded_step_of_the_same_samples(name):
+    """Isolated packing changes the layout, not the training: one step's gradient equals
+    that of the padded batches (token-weighted accumulation, the same samples)."""
+    if name == "gpt2":
+        pytest.importorskip("transformers")
+        base = gpt2()
+        workload = dataclasses.replace(
+            base,
+            model=lambda: _without_dropout(base.model()),
+            optimizer=lambda params: torch.optim.SGD(params, lr=1.0),
+        )
+    else:
+        workload = _text_lm()
+    padded = _step(workload)
+    isolated = _step(workload, packing="isolated")
+    assert padded.abs().sum() > 0
+    torch.testing.assert_close(isolated, padded, rtol=1e-4, atol=1e-6)
+
+
+def test_listing_isolated_for_a_model_that_does_not_keep_samples_apart_is_one_line():
+    """A causal-LM workload that did not declare Tokens(isolated=...) (a model that
+    ignores position_ids, or a transformers without packed masks): an error naming the
+    knob and the field, before any trial."""
+    workload = load_workload("examples/text_lm.py:workload", base_dir=ROOT)
+    tokens = dataclasses.replace(workload.tokens, isolated=None)
+    undeclared = dataclasses.replace(workload, tokens=tokens)
+    caps = Capabilities(
+        device="cpu",
+        tokens=True,
+        token_collate=True,
+        packing_undeclared="",
+        isolated_undeclared=undeclared.isolated_undeclared,
+    )
+    space = parse_space({"workload": "m:f", "knobs": {"packing": ["off", "packed", "isolated"]}})
+    with pytest.raises(SpaceError) as raised:
+        space.restrict(caps)
+    assert str(raised.value).count("\n") == 0
+    assert "knobs.packing: isolated cannot apply: packing: isolated needs Tokens(isolated=" in str(
+        raised.value
+    )
+    declared = dataclasses.replace(caps, isolated_undeclared=workload.isolated_undeclared or "")
+    assert dict(space.restrict(declared)[0].knobs)["packing"] == ("off", "packed", "isolated")
+
+
+@pytest.mark.cuda
+def test_isolated_attention_on_cuda_is_flex_attention_with_the_same_result():
+    """On CUDA sample_mask is a FlexAttention block mask; forward and backward agree with
+    SDPA under the boolean mask the CPU uses."""
+    from torch.nn.attention.flex_attention import BlockMask
+
+    from autotune import isolated_attention, sample_mask
+
+    seq = torch.tensor([[0] * 40 + [1] * 60 + [2] * 20 + [-1] * 8] * 2, device="cuda")
+    seq[1, :100] = 0
+    q, k, v = (torch.randn(2, 4, 128, 16, device="cuda", requires_grad=True) for _ in range(3))
+    mask = sample_mask(seq)
+    assert isinstance(mask, BlockMask)
+    out = isolated_attention(q, k, v, mask)
+    dense = sample_mask(seq.cpu()).cuda()
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=dense)
+    torch.testing.assert_close(out, ref, rtol=2e-3, atol=2e-3)
+    grads = torch.autograd.grad(out.sum(), (q, k, v))
+    expected = torch.autograd.grad(ref.sum(), (q, k, v))
+    for got, want in zip(grads, expected, strict=True):
+        torch.testing.assert_close(got, want, rtol=2e-3, atol=2e-3)
