@@ -30,6 +30,7 @@ class Config:
     persistent_workers: bool = KNOBS["persistent_workers"].default
     prefetch_factor: int = KNOBS["prefetch_factor"].default
     packing: str = KNOBS["packing"].default
+    pack_length: int = KNOBS["pack_length"].default
     length_grouping: str = KNOBS["length_grouping"].default
     pad_to_multiple_of: int = KNOBS["pad_to_multiple_of"].default
     non_blocking: bool = KNOBS["non_blocking"].default
@@ -137,6 +138,7 @@ _SHORT = {
     "persistent_workers": "persist",
     "prefetch_factor": "prefetch",
     "packing": "pack",
+    "pack_length": "pack_len",
     "length_grouping": "group",
     "pad_to_multiple_of": "pad_to",
     "non_blocking": "nonblock",

@@ -51,6 +51,7 @@ class Capabilities:
     # why packing would be a mistake ("" when Tokens(causal_lm=True, eos_id, pack_length))
     isolated_undeclared: str = "the workload's samples are not token sequences (Workload.tokens)"
     # why packing: isolated would be ("" when Tokens(causal_lm=True, isolated=...))
+    context: int = 0  # the model's positions (Tokens.context, a transformers config); 0: unknown
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Capabilities:
@@ -308,6 +309,15 @@ def _packing_unsupported(caps: Capabilities, value: str) -> str | None:
     return None
 
 
+def _pack_length_mistake(caps: Capabilities, value: int) -> str | None:
+    if caps.context and value > caps.context:
+        return (
+            f"a row longer than the model's context of {caps.context} positions (packed rows "
+            "number positions across the row)"
+        )
+    return None
+
+
 def _optimizer_impl_unsupported(caps: Capabilities, value: str) -> str | None:
     if value != "default" and value not in caps.optimizer_impls:
         optimizer = caps.optimizer or "the workload's optimizer"
@@ -409,6 +419,16 @@ KNOBS: dict[str, Knob] = {
             choices=PACKING,
             unsupported=_packing_unsupported,
             mistake=_packing_mistake,
+        ),
+        Knob(
+            "pack_length",
+            "int",
+            0,
+            "tokens in a packed row (needs packing; 0 = the workload's Tokens.pack_length): "
+            "longer rows pad less at their ends, and cost more attention with packed",
+            minimum=0,
+            requires=_needs("packing", lambda v: v != "off", "other than off"),
+            mistake=_pack_length_mistake,
         ),
         Knob(
             "length_grouping",

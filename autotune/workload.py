@@ -52,7 +52,10 @@ class Tokens:
         causal_lm: the loss is a per-token causal-LM loss over ``labels``, so samples may
             be packed together (the ``packing`` knob).
         eos_id: the separator packing puts after each sample.
-        pack_length: the length of a packed row.
+        pack_length: the length of a packed row (the ``pack_length`` knob's default).
+        context: the most positions the model takes, where ``model.config`` does not say
+            it (a transformers model's ``max_position_embeddings`` or ``n_positions``):
+            ``pack_length`` values above it are refused before any trial.
         isolated: the model keeps samples packed into one row apart, so ``packing:
             isolated`` may be searched (positions restart at each sample, attention never
             crosses samples): ``rows`` — rows of ``pack_length`` whose batch adds
@@ -82,6 +85,7 @@ class Tokens:
     eos_id: int | None = None
     pack_length: int | None = None
     isolated: str | None = None
+    context: int | None = None
     loss: str = "token_mean"
     loss_tokens: Callable[[Any], int] | None = None
 
@@ -91,6 +95,8 @@ class Tokens:
             _int_at_least("tokens.eos_id", self.eos_id, 0)
         if self.pack_length is not None:
             _int_at_least("tokens.pack_length", self.pack_length, 2)
+        if self.context is not None:
+            _int_at_least("tokens.context", self.context, 1)
         if not isinstance(self.causal_lm, bool):
             raise WorkloadError(
                 f"tokens.causal_lm must be true or false but got {self.causal_lm!r}"

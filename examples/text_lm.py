@@ -131,5 +131,6 @@ def workload(
             eos_id=EOS,
             pack_length=pack_length,
             isolated="rows",  # the model takes position_ids and seq_ids: samples kept apart
+            context=longest,  # its position embeddings: packed rows may not be longer
         ),
     )

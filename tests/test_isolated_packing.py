@@ -7,13 +7,14 @@ CUDA) and on a random-init Hugging Face GPT-2 (one row, transformers' padding-fr
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 from pathlib import Path
 
 import pytest
 import torch
 from workloads import gpt2
 
-from autotune import Config, SpaceError
+from autotune import AutotuneError, Config, SpaceError
 from autotune.knobs import Capabilities
 from autotune.space_file import parse_space
 from autotune.trial.apply import apply_workload
@@ -179,3 +180,40 @@ def test_isolated_attention_on_cuda_is_flex_attention_with_the_same_result():
     expected = torch.autograd.grad(ref.sum(), (q, k, v))
     for got, want in zip(grads, expected, strict=True):
         torch.testing.assert_close(got, want, rtol=2e-3, atol=2e-3)
+
+
+def test_pack_length_is_a_knob_over_the_workloads_default_row():
+    workload = _text_lm()  # Tokens(pack_length=128)
+
+    def width(**knobs) -> int:
+        config = Config(batch_size=16, **knobs)
+        applied = apply_workload(config, workload, device="cpu", endless=True)
+        return next(iter(applied.loader))["input_ids"].shape[1]
+
+    assert width(packing="packed") == 128
+    assert width(packing="packed", pack_length=64) == 64
+    assert width(packing="isolated", pack_length=160) == 160
+    with pytest.raises(AutotuneError, match="pack_length=64 needs packing other than off"):
+        Config(pack_length=64)
+
+
+def test_a_pack_length_above_the_models_context_is_one_line_before_any_trial():
+    """The context comes from Tokens(context=...) (text_lm: its position embeddings) or a
+    transformers config (GPT-2: n_positions)."""
+    from autotune.trial.probe import model_context
+
+    workload = _text_lm()
+    assert model_context(workload.model(), workload) == 160
+    if importlib.util.find_spec("transformers"):
+        hf = gpt2()
+        assert model_context(hf.model(), hf) == 128
+    caps = Capabilities(device="cpu", tokens=True, token_collate=True, packing_undeclared="")
+    knobs = {"packing": ["packed"], "pack_length": [128, 512]}
+    space = parse_space({"workload": "m:f", "knobs": knobs})
+    with pytest.raises(SpaceError) as raised:
+        space.restrict(dataclasses.replace(caps, context=160))
+    assert str(raised.value) == (
+        "<space>: knobs.pack_length: 512 cannot apply: a row longer than the model's context "
+        "of 160 positions (packed rows number positions across the row)"
+    )
+    assert {128, 512} <= set(space.restrict(caps)[0].knobs["pack_length"])  # context unknown

@@ -31,9 +31,9 @@ from .reporter import Reporter
 from .sampling import sample
 from .storage import records
 
-# Knobs that change which samples share an optimizer step: a trial that sets one is
-# judged against an fp32 reference of the same data layout.
-LAYOUT_KNOBS = ("packing", "length_grouping")
+# Knobs that change which samples share an optimizer step (or, packed, a row's
+# attention): a trial that sets one is judged against an fp32 reference of the same layout.
+LAYOUT_KNOBS = ("packing", "pack_length", "length_grouping")
 # The folders of reference runs (under the study's output folder) start with this name.
 REFERENCE_FOLDER = "reference"
 

@@ -105,14 +105,16 @@ def collate_for(
             raise ArgumentError(
                 "packing=isolated needs token samples with Tokens(isolated='rows' or 'flat')"
             )
-        if tokens.isolated == "rows" and tokens.pack_length is None:
+        length = config.pack_length or tokens.pack_length
+        if tokens.isolated == "rows" and length is None:
             raise ArgumentError("packing=isolated needs Tokens(pack_length) for its rows")
         flat = tokens.isolated == "flat"
-        return IsolatedCollate(tokens.pad_id, tokens.pack_length or 0, tokens.key, flat)
+        return IsolatedCollate(tokens.pad_id, length or 0, tokens.key, flat)
     if config.packing != "off":
-        if tokens is None or collate_fn is not None or None in (tokens.eos_id, tokens.pack_length):
+        length = (config.pack_length or tokens.pack_length) if tokens is not None else None
+        if tokens is None or collate_fn is not None or None in (tokens.eos_id, length):
             raise ArgumentError("packing needs token samples with Tokens(eos_id, pack_length)")
-        return PackCollate(tokens.pad_id, tokens.eos_id, tokens.pack_length, tokens.key)
+        return PackCollate(tokens.pad_id, tokens.eos_id, length, tokens.key)
     if tokens is not None and collate_fn is None:
         return TokenCollate(tokens.pad_id, config.pad_to_multiple_of, tokens.key)
     return collate_fn

@@ -155,6 +155,19 @@ def optimizer_impls(workload: Workload, model: torch.nn.Module) -> tuple[str, li
     return type(opt).__name__, found
 
 
+def model_context(model: Any, workload: Workload) -> int:
+    """The most positions the model takes: ``Tokens.context``, else a transformers
+    config's ``max_position_embeddings`` or ``n_positions``; 0 when unknown."""
+    if workload.tokens is not None and workload.tokens.context is not None:
+        return workload.tokens.context
+    config = getattr(model, "config", None)
+    for name in ("max_position_embeddings", "n_positions"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return 0
+
+
 def fsdp_available() -> bool:
     """Whether FSDP2 (``torch.distributed.fsdp.fully_shard``) can be imported."""
     if not torch.distributed.is_available():
@@ -204,6 +217,7 @@ def capabilities(device: torch.device, workload: Workload, dataset: Any) -> dict
         "token_collate": workload.owns_collate,
         "packing_undeclared": workload.packing_undeclared or "",
         "isolated_undeclared": workload.isolated_undeclared or "",
+        "context": model_context(model, workload),
     }
 
 
