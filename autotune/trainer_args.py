@@ -52,6 +52,7 @@ PLAIN_PYTORCH = {
     "SFTConfig(packing=True)); isolated: samples kept apart, transformers' "
     "DataCollatorWithFlattening (TRL: SFTConfig(padding_free=True)), or position_ids "
     "restarting per sample with autotune.sample_mask",
+    "pack_length": "rows of {v} tokens in your packing collate (TRL: SFTConfig(max_length={v}))",
     "world_size": "launch {v} processes: torchrun --nproc-per-node={v} train.py",
     "ddp_bucket_cap_mb": "DistributedDataParallel(model, bucket_cap_mb={v})",
     "ddp_gradient_as_bucket_view": "DistributedDataParallel(model, gradient_as_bucket_view={v})",
