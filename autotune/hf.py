@@ -29,17 +29,20 @@ from .workload import Tokens, Workload
 
 
 def model_loss(model: Any, batch: Any) -> Any:
-    """``model(**batch).loss``: what a transformers model computes from ``labels``.
+    """``model(**batch).loss``: what a transformers model computes from ``labels``
+    (a ``packing: isolated`` batch as :func:`model_inputs` says)."""
+    return model(**model_inputs(batch)).loss
 
-    A ``packing: isolated`` batch (``position_ids``, one row) goes in without its
-    attention mask and without a cache: only then do transformers' masks follow the
-    packed ``position_ids`` (``masking_utils.find_packed_sequence_indices``), and with
-    either the samples would see each other.
-    """
+
+def model_inputs(batch: Any) -> Any:
+    """The keyword arguments of the model for ``batch``: the batch itself, or for a
+    ``packing: isolated`` batch (``position_ids``, one row) the batch without its
+    attention mask and with no cache: only then do transformers' masks follow the packed
+    ``position_ids`` (``masking_utils.find_packed_sequence_indices``); with either, the
+    samples would see each other."""
     if "position_ids" in batch:
-        packed = {k: v for k, v in batch.items() if k != "attention_mask"}
-        return model(**packed, use_cache=False).loss
-    return model(**batch).loss
+        return {**{k: v for k, v in batch.items() if k != "attention_mask"}, "use_cache": False}
+    return batch
 
 
 def padding_free() -> str | None:

@@ -217,3 +217,38 @@ def test_a_pack_length_above_the_models_context_is_one_line_before_any_trial():
         "of 160 positions (packed rows number positions across the row)"
     )
     assert {128, 512} <= set(space.restrict(caps)[0].knobs["pack_length"])  # context unknown
+
+
+@pytest.mark.cuda
+def test_the_flash_attention_path_of_a_hugging_face_model_keeps_samples_apart():
+    """transformers' flash-attention path reads one packed row's position_ids as
+    cu_seqlens: each sample's logits in the isolated row are its logits alone (bf16:
+    within 0.05, where attention across samples moves them by ~0.4 on the CPU's SDPA).
+    Not run on the CPU machine this was written on."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("flash_attn")
+    from autotune.hf import model_inputs
+
+    config = transformers.LlamaConfig(
+        num_hidden_layers=2,
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        vocab_size=40,
+        max_position_embeddings=128,
+        attn_implementation="flash_attention_2",
+    )
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).to("cuda", torch.bfloat16).eval()
+    lengths = (9, 30, 17)
+    samples = [
+        {"input_ids": [(i * 7 + k) % 38 + 1 for k in range(n)]} for i, n in enumerate(lengths)
+    ]
+    batch = IsolatedCollate(pad_id=0, pack_length=0, flat=True)(samples)
+    with torch.no_grad():
+        packed = model(**model_inputs({k: v.cuda() for k, v in batch.items()})).logits
+        alone = [
+            model(input_ids=torch.tensor([s["input_ids"]], device="cuda")).logits for s in samples
+        ]
+    torch.testing.assert_close(packed.float(), torch.cat(alone, 1).float(), rtol=0, atol=0.05)
