@@ -159,6 +159,28 @@ def test_listing_isolated_for_a_model_that_does_not_keep_samples_apart_is_one_li
     assert dict(space.restrict(declared)[0].knobs)["packing"] == ("off", "packed", "isolated")
 
 
+def test_isolated_for_an_undeclared_model_stops_the_run_in_one_line(write_space, tmp_path):
+    """Through the probe: the CLI run ends with the one line, and no trial ran."""
+    from conftest import run_cli
+
+    space = write_space("""
+        workload: {workloads}:texts
+        workload_args: {causal_lm: true}
+        knobs: {packing: ["off", isolated]}
+        trial: {warmup_steps: 1, measured_steps: 2}
+    """)
+    r = run_cli("run", str(space), "--out", str(tmp_path / "runs"), cwd=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.stderr.strip().endswith(
+        "knobs.packing: isolated cannot apply: packing: isolated needs "
+        "Tokens(isolated='rows' or 'flat'): a per-token causal-LM loss and a model that keeps "
+        "packed samples apart (autotune.hf: a transformers whose masks follow packed "
+        "position_ids)"
+    )
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert not list((tmp_path / "runs").glob("*/trial-*"))
+
+
 @pytest.mark.cuda
 def test_isolated_attention_on_cuda_is_flex_attention_with_the_same_result():
     """On CUDA sample_mask is a FlexAttention block mask; forward and backward agree with
