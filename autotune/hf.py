@@ -190,7 +190,17 @@ def _tokens(dataset: Any, collate: Any, trainer: Any) -> Tokens | None:
     pad = getattr(trainer.processing_class, "pad_token_id", None)
     if pad is None:
         pad = getattr(getattr(trainer.model, "config", None), "pad_token_id", None)
-    return Tokens(pad_id=pad if isinstance(pad, int) and pad >= 0 else 0)
+    # The Trainer weighs micro-batches by their tokens (num_items_in_batch) only for a
+    # model that takes the count and labels per token (a causal LM); a label per sample
+    # (classification) is a mean per sample, each micro-batch weighing the same.
+    labels = batch.get("labels")
+    per_token = getattr(labels, "ndim", 1) >= 2 and getattr(
+        trainer, "model_accepts_loss_kwargs", False
+    )
+    return Tokens(
+        pad_id=pad if isinstance(pad, int) and pad >= 0 else 0,
+        loss="token_mean" if per_token else "sample_mean",
+    )
 
 
 def _trainer_optimizer(trainer: Any, params: Iterable[Any]) -> Any:

@@ -147,7 +147,8 @@ def _tokens(dataset: Any, collate: Any) -> Tokens | None:
     batch = (collate or torch.utils.data.default_collate)([first])
     if not isinstance(batch, Mapping) or "attention_mask" not in batch:
         return None
-    return Tokens(pad_id=0)
+    # Lightning divides each micro-batch's loss by accumulate_grad_batches: equal weights.
+    return Tokens(pad_id=0, loss="sample_mean")
 
 
 def loader_baseline(loader: Any) -> dict[str, Any]:

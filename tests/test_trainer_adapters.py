@@ -28,6 +28,8 @@ def test_a_trainer_is_the_workload_with_its_loss_optimizer_collator_and_baseline
     base = workload.baseline
     assert (base["batch_size"], base["accumulation_steps"]) == (16, 2)  # TrainingArguments
     assert workload.tokens is not None  # input_ids, and the collator makes an attention_mask
+    # a label per sample: the Trainer's loss is a mean per sample, micro-batches weigh alike
+    assert workload.tokens.loss == "sample_mean"
     model = workload.model()
     opt = workload.optimizer(model.parameters())
     # the Trainer's optimizer: AdamW at its learning rate, no decay on biases and norms
