@@ -447,6 +447,7 @@ class Applied:
             return [1.0 / len(micro)] * len(micro)
         counts = [int(self.loss_tokens(batch)) for batch in micro]
         step, world = _summed_over_ranks(sum(counts), self.device)
+        step = max(step, 1)  # a step that scores no token (every label -100) adds nothing
         if self.loss_kind == "token_sum":
             counts = [1] * len(micro)
         return [count * world / step for count in counts]
