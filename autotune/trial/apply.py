@@ -88,7 +88,7 @@ class StreamSampler(Sampler[int]):
         # together see exactly what a single process with their summed batch would.
         stream = self._stream()
         if self.lengths is not None and self.group:
-            stream = grouped(stream, self.lengths, self.group)
+            stream = grouped(stream, self.lengths, self.group, self.group // GROUP_STEPS)
         for position, index in enumerate(stream):
             if position % self.world_size == self.rank:
                 yield index
@@ -162,7 +162,7 @@ def make_loader(
     g = torch.Generator().manual_seed(seed)
     if group:  # one epoch: a seeded permutation, grouped by length
         permutation = torch.randperm(len(dataset), generator=g).tolist()
-        order = list(grouped(iter(permutation), lengths, group))
+        order = list(grouped(iter(permutation), lengths, group, group // GROUP_STEPS))
         return DataLoader(dataset, sampler=order, **kwargs)
     return DataLoader(dataset, shuffle=True, generator=g, **kwargs)
 

@@ -234,20 +234,44 @@ def dataset_lengths(dataset: Any, tokens: Tokens) -> list[int]:
     return lengths
 
 
-def grouped(order: Iterator[int], lengths: Sequence[int], mega: int) -> Iterator[int]:
-    """``order`` regrouped: each run of ``mega`` indices sorted by length, longest first.
+def grouped(
+    order: Iterator[int], lengths: Sequence[int], mega: int, step: int | None = None
+) -> Iterator[int]:
+    """``order`` regrouped: each run of ``mega`` indices sorted by length, longest first,
+    then cut into optimizer steps of ``step`` samples, the steps in spread order
+    (:func:`spread_order`).
 
     Consecutive batches then hold samples of similar length (little padding), and a
     mega-batch holds the same samples as without grouping, so the data seen over a
-    mega-batch does not change; deterministic given ``order``.
+    mega-batch does not change; deterministic given ``order``. The steps' spread order
+    makes any run of consecutive steps (a trial's window) range over the mega-batch's
+    lengths: in sorted order a window of 15 of 50 steps held the longest third only, and
+    measured a rate the epoch does not run at. ``step=None``: the sorted order.
     """
+
+    def regrouped(chunk: list[int]) -> list[int]:
+        ordered = sorted(chunk, key=lambda i: -lengths[i])
+        if not step or len(ordered) < 2 * step:
+            return ordered
+        steps = [ordered[i : i + step] for i in range(0, len(ordered), step)]
+        tail = steps.pop() if len(steps[-1]) < step else []  # a partial step stays last
+        return [i for k in spread_order(len(steps)) for i in steps[k]] + tail
+
     chunk: list[int] = []
     for index in order:
         chunk.append(index)
         if len(chunk) == mega:
-            yield from sorted(chunk, key=lambda i: -lengths[i])
+            yield from regrouped(chunk)
             chunk = []
-    yield from sorted(chunk, key=lambda i: -lengths[i])
+    yield from regrouped(chunk)
+
+
+def spread_order(n: int) -> list[int]:
+    """``range(n)`` in van der Corput order (by each index's bit-reversed value): every
+    prefix, and a run of consecutive positions anywhere, ranges over the whole of
+    ``range(n)`` (``spread_order(8) == [0, 4, 2, 6, 1, 5, 3, 7]``)."""
+    bits = max(1, (n - 1).bit_length())
+    return sorted(range(n), key=lambda i: int(f"{i:0{bits}b}"[::-1], 2))
 
 
 def longest_indices(lengths: Sequence[int], count: int) -> list[int]:

@@ -14,7 +14,7 @@ from autotune.errors import WorkloadError
 from autotune.study.runner import run_trial
 from autotune.study.scoring import judge
 from autotune.trial.apply import apply_workload
-from autotune.trial.tokens import TokenCollate, grouped
+from autotune.trial.tokens import TokenCollate, grouped, spread_order
 
 
 def test_collate_pads_to_the_longest_or_a_multiple_and_masks_the_labels():
@@ -31,6 +31,24 @@ def test_grouping_sorts_each_mega_batch_and_keeps_its_samples():
     lengths = [5, 1, 9, 3, 7, 2, 8]
     out = list(grouped(iter(range(7)), lengths, mega=3))
     assert out == [2, 0, 1, 4, 3, 5, 6]  # [0,1,2] by length, then [3,4,5], then [6]
+
+
+def test_grouped_steps_come_in_spread_order_so_a_window_ranges_over_the_lengths():
+    assert spread_order(8) == [0, 4, 2, 6, 1, 5, 3, 7]
+    assert sorted(spread_order(50)) == list(range(50))
+    lengths = list(range(1, 1001))  # a mega-batch of 50 steps of 20 samples
+    out = list(grouped(iter(range(1000)), lengths, mega=1000, step=20))
+    assert sorted(out) == list(range(1000))
+    steps = [out[i : i + 20] for i in range(0, 1000, 20)]
+    # each step holds samples of similar length (20 neighbours in the sort)
+    assert all(max(lengths[i] for i in s) - min(lengths[i] for i in s) == 19 for s in steps)
+    # a window of 15 steps after 3 warm-up steps: its mean length is the mega-batch's
+    # (500), where the sorted order's window held the longest third (mean ~790)
+    window = [lengths[i] for s in steps[3:18] for i in s]
+    assert abs(sum(window) / len(window) - 500.5) < 60
+    # a partial step stays last
+    tail = list(grouped(iter(range(50)), lengths, mega=50, step=20))
+    assert tail[-10:] == sorted(range(10), key=lambda i: -lengths[i])
 
 
 def _run(config: dict, steps: int = 6):
