@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .tokens import PackCollate, TokenCollate
+from .tokens import IsolatedCollate, PackCollate, TokenCollate, first_fit
 
 # The epoch's shapes are computed for at most this many optimizer steps (a larger dataset's
 # first EPOCH_STEPS steps stand for its epoch).
@@ -43,6 +43,11 @@ def micro_batch_shape(collate: Any, lengths: Sequence[int]) -> Shape | None:
     """The shape the collate gives a micro-batch of samples of these lengths; ``None``
     for a collate this does not know (the workload's own)."""
     real = sum(lengths)
+    if isinstance(collate, IsolatedCollate):
+        if collate.flat:  # one row of every sample
+            return Shape(real, real)
+        width = max([collate.length, *lengths])
+        return Shape(len(first_fit(list(lengths), width)) * width, real)
     if isinstance(collate, PackCollate):
         rows = math.ceil((real + len(lengths)) / collate.length)  # each sample + its EOS
         return Shape(rows * collate.length, real)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from autotune.trial.epoch import Shape, epoch_scale, epoch_shapes, fit, micro_batch_shape
-from autotune.trial.tokens import PackCollate, TokenCollate
+from autotune.trial.tokens import IsolatedCollate, PackCollate, TokenCollate
 
 
 def test_a_micro_batch_is_as_wide_as_its_longest_sample_or_as_many_rows_as_it_fills():
@@ -19,7 +19,15 @@ def test_a_micro_batch_is_as_wide_as_its_longest_sample_or_as_many_rows_as_it_fi
 
 def test_the_collates_make_the_shapes_computed_without_data():
     samples = [list(range(1, n + 1)) for n in (3, 10, 5)]
-    for collate in (TokenCollate(0), TokenCollate(0, 8), PackCollate(0, 99, 8)):
+    collates = (
+        TokenCollate(0),
+        TokenCollate(0, 8),
+        PackCollate(0, 99, 8),
+        IsolatedCollate(0, 12),
+        IsolatedCollate(0, 8),  # a sample longer than a row widens the rows
+        IsolatedCollate(0, 8, flat=True),
+    )
+    for collate in collates:
         batch = collate(samples)
         shape = micro_batch_shape(collate, [len(s) for s in samples])
         assert batch["input_ids"].numel() == shape.positions
