@@ -290,6 +290,7 @@ def _verify(args: argparse.Namespace) -> int:
     from .output.console import make_console
     from .output.verify_view import print_verification, run_line
     from .space_file import load_space
+    from .study.storage import load_result
     from .study.verify import VerifyRun, check_arguments, verify
 
     # With --json, stdout holds only the JSON; progress goes to stderr.
@@ -300,6 +301,8 @@ def _verify(args: argparse.Namespace) -> int:
 
     check_arguments(args.rounds, args.steps_factor, args.timeout)
     space = load_space(args.space)
+    # The study first: a storage or a study that is not there is the error's one line.
+    load_result(space, args.storage, args.study_name)
     console.print(
         escape(
             f"autotune: verifying study {args.study_name or space.study.name} "
