@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import torch
@@ -414,14 +415,7 @@ class _SlowFirstForward(MLP):
 def full_queue(seconds: float = 0.05) -> autotune.Workload:
     """Data-bound (``seconds`` of collation a batch) after a slow first step: the window
     opens with every prefetched batch ready, which a step takes at once."""
-    return autotune.Workload(
-        name="full-queue",
-        model=_SlowFirstForward,
-        dataset=Blobs,
-        loss=_loss,
-        optimizer=lambda params: torch.optim.SGD(params, lr=0.1),
-        collate_fn=_SlowCollate(seconds),
-    )
+    return dataclasses.replace(data_bound(seconds), name="full-queue", model=_SlowFirstForward)
 
 
 class Deep(nn.Module):
