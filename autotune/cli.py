@@ -289,8 +289,8 @@ def _verify(args: argparse.Namespace) -> int:
 
     from .output.console import make_console
     from .output.verify_view import print_verification, run_line
+    from .results import TuneResult
     from .space_file import load_space
-    from .study.storage import load_result
     from .study.verify import VerifyRun, check_arguments, verify
 
     # With --json, stdout holds only the JSON; progress goes to stderr.
@@ -301,15 +301,18 @@ def _verify(args: argparse.Namespace) -> int:
 
     check_arguments(args.rounds, args.steps_factor, args.timeout)
     space = load_space(args.space)
-    # The study first: a storage or a study that is not there is the error's one line.
-    load_result(space, args.storage, args.study_name)
-    console.print(
-        escape(
-            f"autotune: verifying study {args.study_name or space.study.name} "
-            f"in {redact_url(space.storage_url(args.storage))}: {args.rounds} paired rounds"
-        ),
-        soft_wrap=True,
-    )
+
+    def on_start(result: TuneResult) -> None:
+        # Once the study is found: a storage or a study that is not there is the error's
+        # one line (with --json this header goes to stderr too).
+        console.print(
+            escape(
+                f"autotune: verifying study {result.study_name} "
+                f"in {redact_url(space.storage_url(args.storage))}: {args.rounds} paired rounds"
+            ),
+            soft_wrap=True,
+        )
+
     verification = verify(
         space,
         storage=args.storage,
@@ -320,6 +323,7 @@ def _verify(args: argparse.Namespace) -> int:
         endless=args.endless,
         timeout_s=args.timeout,
         on_run=on_run,
+        on_start=on_start,
     )
     if args.json:
         print(json.dumps(verification.to_dict(), indent=1))

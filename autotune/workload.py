@@ -28,6 +28,11 @@ def _int_at_least(where: str, value: Any, low: int) -> None:
         raise WorkloadError(f"{where} must be an integer >= {low} but got {value!r}")
 
 
+def _function_or_none(where: str, value: Any, what: str) -> None:
+    if value is not None and not callable(value):
+        raise WorkloadError(f"{where} must be a function {what} but got {type(value).__name__}")
+
+
 LOSS_KINDS = ("token_mean", "token_sum", "sample_mean")
 ISOLATED_LAYOUTS = ("rows", "flat")
 
@@ -101,11 +106,7 @@ class Tokens:
             raise WorkloadError(
                 f"tokens.causal_lm must be true or false but got {self.causal_lm!r}"
             )
-        if self.lengths is not None and not callable(self.lengths):
-            raise WorkloadError(
-                "tokens.lengths must be a function returning the lengths "
-                f"but got {type(self.lengths).__name__}"
-            )
+        _function_or_none("tokens.lengths", self.lengths, "returning the lengths")
         if not isinstance(self.key, str) or not self.key:
             raise WorkloadError(f"tokens.key must be a non-empty string but got {self.key!r}")
         if self.isolated is not None and self.isolated not in ISOLATED_LAYOUTS:
@@ -117,11 +118,9 @@ class Tokens:
             raise WorkloadError(
                 f"tokens.loss must be one of {', '.join(LOSS_KINDS)} but got {self.loss!r}"
             )
-        if self.loss_tokens is not None and not callable(self.loss_tokens):
-            raise WorkloadError(
-                "tokens.loss_tokens must be a function counting a batch's scored tokens "
-                f"but got {type(self.loss_tokens).__name__}"
-            )
+        _function_or_none(
+            "tokens.loss_tokens", self.loss_tokens, "counting a batch's scored tokens"
+        )
 
 
 @dataclass(frozen=True)

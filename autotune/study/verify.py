@@ -208,6 +208,7 @@ def verify(
     endless: bool = False,
     timeout_s: float | None = None,
     on_run: Callable[[VerifyRun, int, int], None] | None = None,
+    on_start: Callable[[TuneResult], None] | None = None,
     run: RunChild | None = None,
 ) -> Verification:
     """Run the stored study's baseline and recommendation longer, in paired rounds.
@@ -222,6 +223,7 @@ def verify(
         endless: stream the trials' seeded permutations instead of epochs.
         timeout_s: per run (default: the trial's ``timeout_s`` times ``steps_factor``).
         on_run: called with each finished run, its position and the number of runs.
+        on_start: called with the stored study's result once it is loaded, before any run.
         run: what runs one process (default: :func:`run_child`); tests substitute it.
 
     Returns:
@@ -233,6 +235,8 @@ def verify(
     """
     check_arguments(rounds, steps_factor, timeout_s)
     _, result = load_result(space, storage, study_name)
+    if on_start is not None:
+        on_start(result)
     runs_dir = Path(out_dir or space.output_dir) / result.study_name
     return verify_result(
         space,
