@@ -379,7 +379,10 @@ class Tuner:
     ) -> str | None:
         """Why a compiled config the sampler proposed is not worth its cold compile
         (:func:`autotune.study.screening.not_worth_compiling`); queued trials (the
-        baseline, retries, the screening's moves) always run."""
+        baseline, retries, the screening's moves) always run, and so does every config of a
+        grid (a recorded table, the truth replays are judged against)."""
+        if self.space.search.sampler == "grid":
+            return None
         if not _sampled(trial) or trial.user_attrs.get("proposed_by"):
             return None
         return screening.not_worth_compiling(self.space, config, measured, best_of(trials))
