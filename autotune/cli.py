@@ -133,6 +133,7 @@ def _worker_index(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from .output.console import ConsoleReporter, print_summary
+    from .output.export import suggested_format
     from .space_file import load_space
     from .study.tuner import check_arguments, tune
     from .study.workers import run_workers
@@ -183,9 +184,10 @@ def _run(args: argparse.Namespace) -> int:
             )
             if value
         )
+        fmt = suggested_format(result.environment)  # the workload's framework's
         reporter.console.print(
             f"next: autotune report {args.space} {again}".rstrip()
-            + f" · autotune export {result.best_config_path} --format hf"
+            + f" · autotune export {result.best_config_path} --format {fmt}"
         )
     return 0 if result.best is not None else 2
 

@@ -104,6 +104,7 @@ def workload(
         ),
         checkpointing=enable_checkpointing if blocks is None else None,
         name=name,
+        framework="transformers",
         **extra,
     )
 
@@ -155,6 +156,7 @@ def from_trainer(trainer: Any) -> Workload:
         tokens=_tokens(dataset, collate, trainer),
         checkpointing=enable_checkpointing,
         name=f"Trainer({type(model).__name__})",
+        framework="transformers",
         baseline=trainer_baseline(args),
     )
 

@@ -74,6 +74,7 @@ def from_trainer(pair: tuple[Any, ...]) -> Workload:
         collate_fn=collate,
         tokens=_tokens(dataset, collate),
         name=f"LightningModule({type(module).__name__})",
+        framework="lightning",
         baseline=loader_baseline(loader),
     )
 

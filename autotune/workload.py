@@ -149,6 +149,9 @@ class Workload:
             checkpointing (e.g. a Hugging Face model's ``gradient_checkpointing_enable``);
             used for ``gradient_checkpointing`` when no ``blocks`` are given.
         name: shown in reports.
+        framework: the training framework the workload comes from (``"transformers"``,
+            ``"lightning"``; set by :mod:`autotune.hf` and :mod:`autotune.lightning`):
+            the study's summary suggests that framework's export format.
         baseline: knob values the user's own training setup already uses (a
             ``transformers.Trainer``'s ``TrainingArguments``, a Lightning DataModule's
             loader): the study's baseline, under what the space file's ``baseline:`` sets.
@@ -166,6 +169,7 @@ class Workload:
     checkpointing: Callable[[Any], None] | None = None
     name: str = "workload"
     baseline: Mapping[str, Any] | None = None
+    framework: str | None = None
 
     def __post_init__(self) -> None:
         self._check_modules()

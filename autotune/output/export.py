@@ -32,6 +32,14 @@ from ..study.storage import load_result
 from .facts import speedup_text
 
 FORMATS = ("yaml", "json", "hf", "lightning", "env", "torch")
+# The format a study suggests for the framework its workload came from (the probe's
+# ``workload_framework``); a plain PyTorch workload gets the training-loop snippet.
+FRAMEWORK_FORMATS = {"transformers": "hf", "lightning": "lightning"}
+
+
+def suggested_format(environment: Mapping[str, Any]) -> str:
+    """The export format for a study whose probe found ``environment``."""
+    return FRAMEWORK_FORMATS.get(environment.get("workload_framework") or "", "torch")
 
 
 def _header(evidence: Mapping[str, Any] | None) -> list[str]:

@@ -315,7 +315,11 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
     caps = capabilities(device, workload, dataset)
     # what the exports name for per-block wrapping (FSDP auto-wrap classes)
     block_types = caps.pop("block_types")
-    env = {**environment(device.type), "workload_block_types": block_types}
+    env = {
+        **environment(device.type),
+        "workload_block_types": block_types,
+        "workload_framework": workload.framework,
+    }
     if spec.get("vec_isa") and device.type == "cpu" and caps["compile"]:
         env["cpu_vec_isa"] = vec_isa()
     if "baseline" in spec:  # the study's probe: what MFU needs

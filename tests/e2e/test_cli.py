@@ -23,6 +23,8 @@ def test_tiny_study_end_to_end_then_resume(write_space, tmp_path):
     out = first.stdout
     assert "trial 1/3 #0 [baseline] bs=16" in out
     assert "trial 3/3" in out and "recommended (trial #" in out and "speedup over baseline" in out
+    # A plain PyTorch workload: the next step suggested is the training-loop export.
+    assert re.search(r"^next: autotune report .* --format torch$", out, re.MULTILINE)
     best = yaml.safe_load((tmp_path / "autotune-runs/space/best_config.yaml").read_text())
     assert set(best) == {"config", "measured", "environment", "study"}
     assert best["measured"]["speedup"] >= 1.0

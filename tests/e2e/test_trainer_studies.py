@@ -66,6 +66,7 @@ def test_a_trainer_is_tuned_from_its_arguments_and_the_export_trains(tmp_path):
     assert {k: baseline[k] for k in own} == own
     assert (baseline["batch_size"], baseline["accumulation_steps"]) == (16, 2)  # not 32 x 1
     assert "note: baseline from the workload Trainer(BertForSequenceClassification)" in stdout
+    assert "--format hf" in stdout.splitlines()[-1]  # the next step: the Trainer's export
 
     # The recommendation, as `autotune export --format hf` writes it, trained by the Trainer
     kwargs = _exported(best, "hf", tmp_path)["training_args_kwargs"]
@@ -108,6 +109,7 @@ def test_a_lightning_pair_is_tuned_from_its_loader_and_the_export_fits(tmp_path)
     assert (baseline["batch_size"], baseline["accumulation_steps"]) == (64, 1)
     assert (baseline["num_workers"], baseline["pin_memory"]) == (0, False)
     assert "note: baseline from the workload LightningModule(Classifier)" in stdout
+    assert "--format lightning" in stdout.splitlines()[-1]  # the next step: Lightning's
 
     # The recommendation, as `autotune export --format lightning` writes it, fit by Lightning
     exported = _exported(best, "lightning", tmp_path)
