@@ -168,11 +168,16 @@ def _search_facts(result: TuneResult) -> list[Fact]:
     plan = result.screening
     if plan and plan.get("order"):
         why = "; ".join(plan.get("reasons", [])) or "no rule fired: registry order"
+        made = [t.move for t in sorted(result.trials, key=lambda t: t.number) if t.move]
+        left = [m for m in plan["order"] if m not in made]
+        # A planned move is not made when the budget ran out, when it cannot apply to the
+        # best config (prefetch without workers), or against the batch size's trend.
+        text = ", ".join(made) or "no move made yet"
         facts.append(
             Fact(
                 "screening",
                 "screening (one knob moved per trial, from the best config so far)",
-                f"{', '.join(plan['order'])} ({why})",
+                text + (f"; not made: {', '.join(left)}" if left else "") + f" ({why})",
             )
         )
     costs = result.knob_costs()

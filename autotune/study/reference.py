@@ -200,10 +200,15 @@ class References:
         study.set_user_attr("reference", {"config": config.to_dict(), "losses": m.losses})
         return m.losses
 
-    def for_config(self, study: optuna.Study, config: Config) -> list[float] | None:
+    def for_config(
+        self, study: optuna.Study, config: Config, m: Measurement | None = None
+    ) -> list[float] | None:
         """The reference trajectory ``config`` is judged against: the study's, or for a
         config with another data layout (``length_grouping``) an fp32 run of that layout,
-        run once and kept in the study (``reference:<layout>``)."""
+        run once and kept in the study (``reference:<layout>``). A complete run ``m`` of
+        ``config`` that is itself that fp32 run (the layout moved alone from an fp32
+        baseline, as the screening moves it) is the layout's reference: its losses are
+        kept, and the same config is not run a second time."""
         layout = layout_of(config, self.space.baseline)
         if not layout or not self.space.limits.accuracy.enabled:
             return self.losses
@@ -212,6 +217,9 @@ class References:
         if stored is not None:
             return [float(x) for x in stored["losses"]]
         ref = reference_config(self.space.baseline, layout)
+        if m is not None and m.ok and m.losses and ref.key() == config.key():
+            study.set_user_attr(f"reference:{name}", {"config": ref.to_dict(), "losses": m.losses})
+            return m.losses
         self.reporter.note(f"running the fp32 reference of layout {name} ({ref.short()})")
         folder = self.out_dir / f"{REFERENCE_FOLDER}-{name.replace('=', '-').replace(',', '_')}"
         m = self.backend.run_trial(self.space, ref, folder)

@@ -28,6 +28,7 @@ from ..config import Config
 from ..errors import AutotuneError
 from ..knobs import KNOBS
 from ..measurement import OK, PRUNED, Measurement
+from ..mfu import peak_key, peak_keys, peak_name
 from ..results import BASELINE, MOVE, SEARCH, TrialRecord  # noqa: F401 (screening.MOVE)
 from ..space import Space
 from .sampling import like
@@ -43,10 +44,17 @@ PROPOSED_BY = "screening"
 # Knobs whose first run pays a long one-off cost (a cold compile: 10-45 s on the CPU,
 # more than most trials): screened after every cheap knob, on the best config so far.
 EXPENSIVE = ("compile_mode", "jit")
+# Knobs that set the dtype matmuls compute in.
+PRECISION = ("amp_dtype", "matmul_precision")
 # Data-layout knobs of token workloads: how samples become batches.
 LAYOUT = ("length_grouping", "packing", "pad_to_multiple_of")
 # The DataLoader's knobs.
 LOADER = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
+# ... and the compute threads, which share the CPU's cores with the workers (fewer threads
+# leave cores to workers): screened last together when the step hardly waits for data.
+# (When it waits, the workers come first; threads keep their turn, to be judged on the
+# batch size that wins.)
+LOADER_AND_THREADS = (*LOADER, "num_threads")
 
 # A compiled config proposed by the sampler is not run when its eager twin (the same
 # config without compile) measured below this share of the best: compile rarely doubles
@@ -57,6 +65,7 @@ FAR_BELOW = 0.5
 PADDING_SHARE = 0.25  # of the token positions of the window's batches
 DATA_SHARE = 0.20  # of the window, waiting for the next batch
 DATA_IDLE = 0.05  # below it, the DataLoader knobs can gain little: screened last
+PRECISION_GAIN = 1.5  # a searched dtype's measured matmul peak over the baseline's
 ROOMY_MEMORY = 0.5  # peak below this share of the memory budget: room for larger batches
 TIGHT_MEMORY = 0.8  # peak above it: little headroom, checkpointing first
 
@@ -71,28 +80,64 @@ class Profile:
         memory_share: the baseline's peak (the longest batch's, for text) over the
             study's memory budget; ``None`` without a budget.
         fixed_share: the run's fixed cost (start, imports, build) over its wall time.
+        precision_gain: the fastest matmul peak among the dtypes the searched knobs
+            reach (``bf16``, ``fp32-high``...), as the probe measured it on this
+            machine, over the baseline's dtype's; ``precision`` names that dtype.
     """
 
     padding_share: float | None = None
     data_share: float | None = None
     memory_share: float | None = None
     fixed_share: float | None = None
+    precision_gain: float | None = None
+    precision: str | None = None
 
     @classmethod
-    def of(cls, m: Measurement, memory_budget_bytes: int | None) -> Profile:
+    def of(
+        cls,
+        m: Measurement,
+        memory_budget_bytes: int | None,
+        space: Space | None = None,
+        environment: dict[str, Any] | None = None,
+    ) -> Profile:
         peaks = [p for p in (m.peak_mem_bytes, m.peak_longest_bytes) if p]
         memory = max(peaks) / memory_budget_bytes if peaks and memory_budget_bytes else None
         split = m.time_split()
         fixed = m.fixed_s / split[1] if split and split[1] and m.fixed_s is not None else None
-        return cls(m.padding_share, m.data_share, memory, fixed)
+        gain, dtype = (None, None)
+        if space is not None and environment is not None:
+            gain, dtype = precision_gain(space, environment)
+        return cls(m.padding_share, m.data_share, memory, fixed, gain, dtype)
 
-    def to_dict(self) -> dict[str, float | None]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "padding_share": self.padding_share,
             "data_share": self.data_share,
             "memory_share": self.memory_share,
             "fixed_share": self.fixed_share,
+            "precision_gain": self.precision_gain,
+            "precision": self.precision,
         }
+
+
+def precision_gain(space: Space, environment: dict[str, Any]) -> tuple[float | None, str | None]:
+    """The largest gain in matmul peak a searched precision knob offers on this machine:
+    the probe's measured peak (``environment["peak_flops"]``, the MFU's) of each dtype the
+    space's ``amp_dtype`` and ``matmul_precision`` values reach, over the baseline's
+    dtype's; with that dtype. ``(None, None)`` when the space searches neither knob or
+    the peaks were not measured."""
+    peaks = environment.get("peak_flops") or {}
+    base = (peaks.get(peak_key(space.baseline)) or {}).get("flops_per_s")
+    searched = {k: v for k, v in space.searched.items() if k in PRECISION}
+    if not base or not searched:
+        return None, None
+    gains = [
+        ((peaks.get(key) or {}).get("flops_per_s", 0.0) / base, key)
+        for key in peak_keys(searched, space.baseline)
+        if key != peak_key(space.baseline)
+    ]
+    best = max(gains, default=(0.0, None))
+    return (best[0], best[1]) if best[1] is not None and best[0] > 0 else (None, None)
 
 
 @dataclass(frozen=True)
@@ -126,15 +171,31 @@ def data_first(p: Profile) -> Rule | None:
 def data_last(p: Profile) -> Rule | None:
     """A step that hardly waits for data gains at most that wait from the DataLoader's
     knobs (more workers cannot make the step itself faster, and on a few cores they take
-    cores from it): they are screened after every other knob, the expensive ones
-    included."""
+    cores from it), nor from fewer compute threads (whose usual gain is leaving cores to the
+    workers): they are screened after every other knob, the expensive ones included."""
     if p.data_share is None or p.data_share >= DATA_IDLE:
         return None
     return Rule(
         "data-idle",
-        LOADER,
-        f"the step waited for data {p.data_share:.0%} of the window: DataLoader knobs last",
+        LOADER_AND_THREADS,
+        f"the step waited for data {p.data_share:.0%} of the window: DataLoader knobs and "
+        "threads last",
         last=True,
+    )
+
+
+def precision_first(p: Profile) -> Rule | None:
+    """Reduced precision is the largest lever where the machine computes it much faster
+    (tensor cores, AMX and AVX-512 bf16 units): the probe measured it, so the precision
+    knobs are screened first, and the batch size and layout moves after them are judged
+    in the precision that wins (the best batch in bf16 is often not the best in fp32)."""
+    if p.precision_gain is None or p.precision_gain < PRECISION_GAIN:
+        return None
+    return Rule(
+        "precision",
+        PRECISION,
+        f"{peak_name(p.precision or '')} matmuls measured {p.precision_gain:.1f}x the "
+        "baseline's peak on this machine: precision first",
     )
 
 
@@ -163,6 +224,7 @@ RULES: tuple[Callable[[Profile], Rule | None], ...] = (
     padding_first,
     data_first,
     data_last,
+    precision_first,
     tight_memory_first,
     roomy_memory_first,
 )
@@ -179,7 +241,8 @@ def values_to_try(name: str, choices: tuple[Any, ...], current: Any) -> list[Any
 
     Batch size: the largest, then the next size up (more samples per micro-batch is the
     usual lever), then the next size down (on a CPU a smaller micro-batch can stay in
-    cache; with a fixed global batch it only adds accumulation). Other ordinal knobs: the far
+    cache; with a fixed global batch it only adds accumulation), made only when no larger
+    size won (:func:`against_the_trend`). Other ordinal knobs: the far
     end of the range (workers 0 -> the most listed). Expensive knobs: their first other
     value only. Other knobs: each other value, two at most, in listed order.
     """
@@ -314,6 +377,15 @@ def _searched(trials: Iterable[TrialRecord]) -> list[TrialRecord]:
     return [t for t in trials if t.role in (BASELINE, SEARCH) and t.feasible]
 
 
+def against_the_trend(space: Space, start: Config, move: Move) -> bool:
+    """Whether ``move`` takes the batch size below the baseline's from a ``start`` whose
+    batch size is above it: a larger size already beat the baseline, and throughput over
+    micro-batch size rises to one peak and falls, so the peak is not below the baseline's
+    size. Such a move is not made."""
+    base = space.baseline.batch_size
+    return move.knob == "batch_size" and move.value < base < start.batch_size
+
+
 def next_move(
     space: Space,
     plan: Plan,
@@ -328,6 +400,8 @@ def next_move(
     config activates a knob that waits (prefetch_factor when workers win)."""
     for move in plan.moves:
         if move.label in made or move.on >= len(starts):
+            continue
+        if against_the_trend(space, starts[move.on], move):
             continue
         config = moved(space, starts[move.on], move)
         if config is not None and config.key() not in taken:

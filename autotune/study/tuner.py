@@ -349,7 +349,9 @@ class Tuner:
             base = baseline_of(trials)
             if base is None:  # a worker beside us measures it: the sampler meanwhile
                 return
-            profile = screening.Profile.of(base.measurement, self.memory_budget)
+            profile = screening.Profile.of(
+                base.measurement, self.memory_budget, self.space, self.environment
+            )
             plan = screening.make_plan(self.space, self.space.baseline, profile)
             study.set_user_attr(screening.ATTR, plan.to_dict())
             left = None if self.n_trials is None else max(0, self.n_trials - done)
@@ -489,7 +491,7 @@ class Tuner:
             verdict = scoring.judge(
                 m,
                 self.space,
-                reference=reference or self.references.for_config(study, config),
+                reference=reference or self.references.for_config(study, config, m),
                 memory_budget_bytes=self.memory_budget,
             )
         value = scoring.objective(m, self.space.trial, cold_compile_s)

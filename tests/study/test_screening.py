@@ -50,7 +50,14 @@ ROOT = Path(__file__).resolve().parents[2]
             Profile(data_share=0.02),
             Profile(data_share=0.30),
             "num_workers",
-            "the step waited for data 2% of the window: DataLoader knobs last",
+            "the step waited for data 2% of the window: DataLoader knobs and threads last",
+        ),
+        (
+            screening.precision_first,
+            Profile(precision_gain=2.1, precision="bf16"),
+            Profile(precision_gain=1.2, precision="bf16"),
+            "amp_dtype",
+            "bf16 matmuls measured 2.1x the baseline's peak on this machine: precision first",
         ),
         (
             screening.tight_memory_first,
@@ -88,6 +95,41 @@ def test_a_profile_reads_the_baselines_padding_data_wait_and_memory():
     assert Profile.of(m, memory_budget_bytes=None).memory_share is None
 
 
+def test_the_precision_gain_is_the_probes_measured_peaks_of_the_searched_dtypes(write_space):
+    def space(knobs: str, baseline: str = "{batch_size: 16}"):
+        return load_space(
+            write_space(f"""
+            workload: {{workloads}}:tiny
+            knobs: {knobs}
+            baseline: {baseline}
+            global_batch: 32
+        """)
+        )
+
+    peaks = {
+        "fp32": {"flops_per_s": 200e9},
+        "fp32-high": {"flops_per_s": 260e9},
+        "bf16": {"flops_per_s": 430e9},
+    }
+    env = {"peak_flops": peaks}
+    amp = space('{amp_dtype: [fp32, bf16], matmul_precision: ["highest", "high"]}')
+    assert screening.precision_gain(amp, env) == (pytest.approx(2.15), "bf16")
+    tf32 = space('{matmul_precision: ["highest", "high"]}')
+    assert screening.precision_gain(tf32, env) == (pytest.approx(1.3), "fp32-high")
+    # From a bf16 baseline, fp32 is no gain; without the knobs or the peaks, nothing.
+    from_bf16 = space("{amp_dtype: [fp32, bf16]}", "{batch_size: 16, amp_dtype: bf16}")
+    assert screening.precision_gain(from_bf16, env)[0] == pytest.approx(200 / 430)
+    assert screening.precision_gain(space("{batch_size: [16, 32]}"), env) == (None, None)
+    assert screening.precision_gain(amp, {}) == (None, None)
+    m = Measurement(status="ok", data_share=0.1)
+    profile = Profile.of(m, None, amp, env)
+    assert (profile.precision_gain, profile.precision) == (pytest.approx(2.15), "bf16")
+    assert screening.precision_first(profile) is not None
+    # A CPU without bf16 units measures bf16 slower than fp32: the rule stays quiet.
+    slow = {"peak_flops": {**peaks, "bf16": {"flops_per_s": 60e9}, "fp32-high": peaks["fp32"]}}
+    assert screening.precision_first(Profile.of(m, None, amp, slow)) is None
+
+
 # --- the values a move tries -------------------------------------------------------------
 
 
@@ -119,6 +161,7 @@ def _text_space(write_space):
         knobs:
           batch_size: [8, 16, 32]
           num_workers: [0, 1]
+          num_threads: [0, 1]
           compile_mode: ["off", default]
           length_grouping: ["off", grouped]
           pad_to_multiple_of: [1, 64]
@@ -138,6 +181,7 @@ def test_padding_puts_layout_knobs_first_and_compile_last(write_space):
         "batch_size=32",
         "batch_size=8",
         "num_workers=1",
+        "num_threads=1",
         "compile_mode=default",
         "compile_mode=default on the runner-up",
     ]
@@ -148,15 +192,16 @@ def test_padding_puts_layout_knobs_first_and_compile_last(write_space):
     assert [m.label for m in plain.moves][0] == "batch_size=32"
     assert plain.moves[-2].label == "compile_mode=default"
     assert screening.Plan.from_dict(json.loads(json.dumps(plan.to_dict()))) == plan
-    # A step that hardly waits for data: workers after the compile (they can only remove
-    # that wait); with a real wait, in their registry turn before it.
+    # A step that hardly waits for data: workers and threads after the compile (they can
+    # only remove that wait); with a real wait, in their registry turn before it.
     idle = screening.make_plan(space, space.baseline, Profile(padding_share=0.7, data_share=0.02))
-    assert [m.label for m in idle.moves][-3:] == [
+    assert [m.label for m in idle.moves][-4:] == [
         "compile_mode=default",
         "compile_mode=default on the runner-up",
         "num_workers=1",
+        "num_threads=1",
     ]
-    assert "DataLoader knobs last" in idle.reasons[1]
+    assert "DataLoader knobs and threads last" in idle.reasons[1]
     waits = screening.make_plan(space, space.baseline, Profile(padding_share=0.7, data_share=0.1))
     assert [m.label for m in waits.moves] == labels
 
@@ -165,7 +210,7 @@ def test_the_budget_cuts_the_screening_in_its_order(write_space):
     space = _text_space(write_space)
     plan = screening.make_plan(space, space.baseline, Profile(padding_share=0.7))
     text = screening.describe(plan, budget=2)
-    assert "at most 2 of its 7 moves fit the budget (length_grouping=grouped, pad_to" in text
+    assert "at most 2 of its 8 moves fit the budget (length_grouping=grouped, pad_to" in text
     assert "padding 70% of token positions" in text
 
 
@@ -217,6 +262,31 @@ def test_a_move_of_a_knob_that_needs_another_waits_until_the_incumbent_activates
     # A move whose config is measured already is not made again; none left: None.
     taken = {config.key(), space.config_from({"num_workers": 2, "batch_size": 32}).key()}
     assert screening.next_move(space, plan, [workers], {"num_workers=2"}, taken) is None
+
+
+def test_the_batch_size_goes_down_only_when_no_larger_size_won(write_space):
+    space = load_space(
+        write_space("""
+        workload: {workloads}:tiny
+        knobs: {batch_size: [8, 16, 32, 64], amp_dtype: [fp32, bf16]}
+        baseline: {batch_size: 16}
+        global_batch: 64
+    """)
+    )
+    plan = screening.make_plan(space, space.baseline, Profile())
+    labels = [m.label for m in plan.moves]
+    assert labels[:3] == ["batch_size=64", "batch_size=32", "batch_size=8"]
+    made = {"batch_size=64", "batch_size=32"}
+    # The larger sizes lost: the incumbent is still the baseline, so the size goes down.
+    move, config = screening.next_move(space, plan, [space.baseline], made, set())
+    assert move.label == "batch_size=8" and config.batch_size == 8
+    # Batch 32 won: a size below the baseline's is against the trend and not made.
+    up = space.config_from({"batch_size": 32})
+    move, config = screening.next_move(space, plan, [up], made, set())
+    assert move.label == "amp_dtype=bf16" and config.batch_size == 32
+    assert screening.against_the_trend(space, up, Move("batch_size", 8))
+    assert not screening.against_the_trend(space, space.baseline, Move("batch_size", 8))
+    assert not screening.against_the_trend(space, up, Move("batch_size", 64))
 
 
 # --- a replayed study: one knob per trial, then TPE -------------------------------------
@@ -383,3 +453,42 @@ def test_a_grid_measures_every_config_compiled_ones_whose_eager_twin_lost_includ
     assert sorted(c.key() for c in backend.calls) == sorted(backend.rows)  # each once
     assert not any("not run" in note for note in result.notes)
     assert len(result.trials) == n
+
+
+def test_a_replayed_study_screens_precision_first_where_the_probe_measured_it_faster(tmp_path):
+    # cnn_amp_grid was recorded on a CPU with bf16 units: its probe measured bf16 matmuls
+    # at 2.1x the fp32 peak, so the study's plan moves amp_dtype before the batch size.
+    table = json.loads((ROOT / "benchmarks/tables/cnn_amp_grid.json").read_text())
+    space = load_space(ROOT / table["space"])
+    search = dataclasses.replace(
+        space.search, sampler="tpe", screening=True, confirm_top=0, prune=False
+    )
+    space = dataclasses.replace(space, search=search)
+    storage = f"sqlite:///{tmp_path}/s.db"
+    backend = ReplayBackend(table, space.baseline)
+    result = tune(space, storage=storage, out_dir=tmp_path, backend=backend, n_trials=5)
+    plan = optuna.load_study(study_name=space.study.name, storage=storage).user_attrs[
+        screening.ATTR
+    ]
+    assert plan["order"][:4] == [
+        "amp_dtype=bf16",
+        "batch_size=128",
+        "batch_size=64",
+        "batch_size=16",
+    ]
+    assert plan["reasons"][0].startswith("bf16 matmuls measured 2.1x the baseline's peak")
+    assert plan["profile"]["precision"] == "bf16"
+    assert [c.amp_dtype for c in backend.calls[:2]] == ["fp32", "bf16"]
+    # Batch 64 won in bf16: batch 16 is against the trend, so the fifth trial moves the
+    # next knob. The summary lists the moves made and the planned ones not made.
+    assert [t.move for t in result.trials if t.move][:4] == [
+        "amp_dtype=bf16",
+        "batch_size=128",
+        "batch_size=64",
+        "num_workers=1",
+    ]
+    text = {f.key: f for f in summary_facts(result)}["screening"].text
+    assert text.startswith(
+        "amp_dtype=bf16, batch_size=128, batch_size=64, num_workers=1; not made:"
+    )
+    assert "batch_size=16" in text.split("not made:")[1]

@@ -109,7 +109,46 @@ def test_a_repeated_config_answers_with_its_median_run_over_its_pass_baseline():
     assert medians.rows[other.key()][1] == raw.rows[other.key()][1]
 
 
+def _layout_rows(amp: tuple[str, ...]) -> dict:
+    rows = [
+        {
+            "config": Config(batch_size=8, length_grouping=g, amp_dtype=a).to_dict(),
+            "measurement": Measurement(
+                status="ok",
+                samples_per_s=10.0,
+                samples_per_step=8,
+                losses=[1.0, 0.9 if g == "off" else 0.95],
+            ).to_dict(),
+        }
+        for g in ("off", "grouped")
+        for a in amp
+    ]
+    caps = {"device": "cpu", "cpu_count": 2, "tokens": True, "token_collate": True, "bf16": True}
+    return {"measurements": rows, "capabilities": caps}
+
+
 def test_a_layouts_reference_run_is_a_call_but_not_a_trial(write_space, tmp_path):
+    space = load_space(
+        write_space("""
+        workload: {workloads}:texts
+        workload_args: {causal_lm: true}
+        knobs: {length_grouping: ["off", grouped]}
+        baseline: {batch_size: 8, amp_dtype: bf16}
+        global_batch: 8
+        search: {sampler: grid, confirm_top: 0, prune: false}
+    """)
+    )
+    backend = ReplayBackend(_layout_rows(("fp32", "bf16")))
+    result = tune(space, storage="memory", out_dir=tmp_path, backend=backend, n_trials=2)
+    assert len(result.trials) == 2, result.notes
+    # The study's reference is an fp32 run of the bf16 baseline; the grouped bf16 trial
+    # is judged against an fp32 run of its own layout: two calls kept apart from the trials.
+    calls = [(c.length_grouping, c.amp_dtype) for c in backend.calls]
+    assert calls == [("off", "fp32"), ("off", "bf16"), ("grouped", "bf16"), ("grouped", "fp32")]
+    assert backend.references == {0, 3}
+
+
+def test_a_trial_that_is_its_layouts_fp32_run_is_that_layouts_reference(write_space, tmp_path):
     space = load_space(
         write_space("""
         workload: {workloads}:texts
@@ -120,23 +159,20 @@ def test_a_layouts_reference_run_is_a_call_but_not_a_trial(write_space, tmp_path
         search: {sampler: grid, confirm_top: 0, prune: false}
     """)
     )
-    rows = [
-        {
-            "config": Config(batch_size=8, length_grouping=g).to_dict(),
-            "measurement": Measurement(
-                status="ok", samples_per_s=10.0, samples_per_step=8, losses=[1.0, 0.9]
-            ).to_dict(),
-        }
-        for g in ("off", "grouped")
-    ]
-    caps = {"device": "cpu", "cpu_count": 2, "tokens": True, "token_collate": True}
-    backend = ReplayBackend({"measurements": rows, "capabilities": caps})
-    result = tune(space, storage="memory", out_dir=tmp_path, backend=backend, n_trials=2)
+    backend = ReplayBackend(_layout_rows(("fp32",)))
+    storage = f"sqlite:///{tmp_path}/s.db"
+    result = tune(space, storage=storage, out_dir=tmp_path, backend=backend, n_trials=2)
     assert len(result.trials) == 2, result.notes
-    # The baseline is fp32 eager: it is the study's reference. The grouped trial is judged
-    # against an fp32 run of its own layout, a third call, kept apart from the trials.
-    assert [c.length_grouping for c in backend.calls] == ["off", "grouped", "grouped"]
-    assert backend.references == {2}
+    # The baseline is fp32 eager: it is the study's reference. The grouped trial moves the
+    # layout alone: it is the fp32 run of its layout, so its losses are that layout's
+    # reference, and the same config is not run again.
+    assert [c.length_grouping for c in backend.calls] == ["off", "grouped"]
+    assert backend.references == set()
+    study = optuna.load_study(study_name=space.study.name, storage=storage)
+    kept = study.user_attrs["reference:length_grouping=grouped"]
+    assert kept["losses"] == [1.0, 0.95] and kept["config"]["length_grouping"] == "grouped"
+    grouped = next(t for t in result.trials if t.config.length_grouping == "grouped")
+    assert grouped.loss_deviation == 0.0
 
 
 def test_grid_measures_every_config_once(write_space, tmp_path):
