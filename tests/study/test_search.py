@@ -127,17 +127,21 @@ def _layout_rows(amp: tuple[str, ...]) -> dict:
     return {"measurements": rows, "capabilities": caps}
 
 
-def test_a_layouts_reference_run_is_a_call_but_not_a_trial(write_space, tmp_path):
-    space = load_space(
-        write_space("""
-        workload: {workloads}:texts
-        workload_args: {causal_lm: true}
-        knobs: {length_grouping: ["off", grouped]}
-        baseline: {batch_size: 8, amp_dtype: bf16}
+def _layout_space(write_space, baseline: str):
+    return load_space(
+        write_space(f"""
+        workload: {{workloads}}:texts
+        workload_args: {{causal_lm: true}}
+        knobs: {{length_grouping: ["off", grouped]}}
+        baseline: {baseline}
         global_batch: 8
-        search: {sampler: grid, confirm_top: 0, prune: false}
+        search: {{sampler: grid, confirm_top: 0, prune: false}}
     """)
     )
+
+
+def test_a_layouts_reference_run_is_a_call_but_not_a_trial(write_space, tmp_path):
+    space = _layout_space(write_space, "{batch_size: 8, amp_dtype: bf16}")
     backend = ReplayBackend(_layout_rows(("fp32", "bf16")))
     result = tune(space, storage="memory", out_dir=tmp_path, backend=backend, n_trials=2)
     assert len(result.trials) == 2, result.notes
@@ -149,16 +153,7 @@ def test_a_layouts_reference_run_is_a_call_but_not_a_trial(write_space, tmp_path
 
 
 def test_a_trial_that_is_its_layouts_fp32_run_is_that_layouts_reference(write_space, tmp_path):
-    space = load_space(
-        write_space("""
-        workload: {workloads}:texts
-        workload_args: {causal_lm: true}
-        knobs: {length_grouping: ["off", grouped]}
-        baseline: {batch_size: 8}
-        global_batch: 8
-        search: {sampler: grid, confirm_top: 0, prune: false}
-    """)
-    )
+    space = _layout_space(write_space, "{batch_size: 8}")
     backend = ReplayBackend(_layout_rows(("fp32",)))
     storage = f"sqlite:///{tmp_path}/s.db"
     result = tune(space, storage=storage, out_dir=tmp_path, backend=backend, n_trials=2)
