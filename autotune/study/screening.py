@@ -187,8 +187,9 @@ def data_last(p: Profile) -> Rule | None:
 def precision_first(p: Profile) -> Rule | None:
     """Reduced precision is the largest lever where the machine computes it much faster
     (tensor cores, AMX and AVX-512 bf16 units): the probe measured it, so the precision
-    knobs are screened first, and the batch size and layout moves after them are judged
-    in the precision that wins (the best batch in bf16 is often not the best in fp32)."""
+    knobs are screened first (after the layout knobs when padding dominates), and the
+    batch size moves after them are judged in the precision that wins (the best batch in
+    bf16 is often not the best in fp32)."""
     if p.precision_gain is None or p.precision_gain < PRECISION_GAIN:
         return None
     return Rule(
