@@ -217,17 +217,16 @@ class References:
         if stored is not None:
             return [float(x) for x in stored["losses"]]
         ref = reference_config(self.space.baseline, layout)
-        if m is not None and m.ok and m.losses and ref.key() == config.key():
-            study.set_user_attr(f"reference:{name}", {"config": ref.to_dict(), "losses": m.losses})
-            return m.losses
-        self.reporter.note(f"running the fp32 reference of layout {name} ({ref.short()})")
-        folder = self.out_dir / f"{REFERENCE_FOLDER}-{name.replace('=', '-').replace(',', '_')}"
-        m = self.backend.run_trial(self.space, ref, folder)
-        if not m.ok:
-            self.reporter.note(
-                f"the fp32 reference of layout {name} did not train cleanly ({m.status}: "
-                f"{m.reason}); trials of that layout are judged against the study's reference"
-            )
-            return self.losses
+        if m is None or not (m.ok and m.losses) or ref.key() != config.key():
+            self.reporter.note(f"running the fp32 reference of layout {name} ({ref.short()})")
+            folder = self.out_dir / f"{REFERENCE_FOLDER}-{name.replace('=', '-').replace(',', '_')}"
+            m = self.backend.run_trial(self.space, ref, folder)
+            if not m.ok:
+                self.reporter.note(
+                    f"the fp32 reference of layout {name} did not train cleanly ({m.status}: "
+                    f"{m.reason}); trials of that layout are judged against the study's "
+                    "reference"
+                )
+                return self.losses
         study.set_user_attr(f"reference:{name}", {"config": ref.to_dict(), "losses": m.losses})
         return m.losses

@@ -127,14 +127,15 @@ def precision_gain(space: Space, environment: dict[str, Any]) -> tuple[float | N
     dtype's; with that dtype. ``(None, None)`` when the space searches neither knob or
     the peaks were not measured."""
     peaks = environment.get("peak_flops") or {}
-    base = (peaks.get(peak_key(space.baseline)) or {}).get("flops_per_s")
+    base_key = peak_key(space.baseline)
+    base = (peaks.get(base_key) or {}).get("flops_per_s")
     searched = {k: v for k, v in space.searched.items() if k in PRECISION}
     if not base or not searched:
         return None, None
     gains = [
         ((peaks.get(key) or {}).get("flops_per_s", 0.0) / base, key)
         for key in peak_keys(searched, space.baseline)
-        if key != peak_key(space.baseline)
+        if key != base_key
     ]
     best = max(gains, default=(0.0, None))
     return (best[0], best[1]) if best[1] is not None and best[0] > 0 else (None, None)
