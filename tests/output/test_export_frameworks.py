@@ -100,7 +100,7 @@ def test_the_hf_fsdp_export_is_an_fsdp2_plugin_accelerate_accepts(tmp_path):
 
 
 DDP_SCRIPT = """
-import json, sys
+import json, pathlib, sys
 sys.path.insert(0, {examples!r})
 import lightning.pytorch as pl
 import torch
@@ -130,7 +130,9 @@ trainer = pl.Trainer(
     callbacks=[Wrapped()],
 )
 trainer.fit(module, train_dataloaders=loader)
-print("RESULT " + json.dumps({{
+# One file per rank: the two ranks share the parent's stdout, where their lines can
+# interleave (seen once in CI: two results on one line).
+pathlib.Path(f"result-{{trainer.global_rank}}.json").write_text(json.dumps({{
     **seen,
     "rank": trainer.global_rank,
     "world": trainer.world_size,
@@ -139,7 +141,7 @@ print("RESULT " + json.dumps({{
     "precision": trainer.precision,
     "backend": trainer.strategy._process_group_backend,
     "weights": float(sum(p.double().sum() for p in module.parameters())),
-}}), flush=True)
+}}))
 """
 
 
@@ -166,11 +168,7 @@ def test_the_lightning_export_fits_with_ddp_on_two_gloo_processes(tmp_path):
         timeout=240,
     )
     assert run.returncode == 0, run.stderr[-3000:]
-    results = [
-        json.loads(line.removeprefix("RESULT "))
-        for line in run.stdout.splitlines()
-        if line.startswith("RESULT ")
-    ]
+    results = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("result-*.json"))]
     assert sorted(r["rank"] for r in results) == [0, 1]
     for r in results:
         assert (r["world"], r["steps"], r["accumulate"]) == (2, 3, 2)
