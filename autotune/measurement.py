@@ -66,6 +66,11 @@ class Measurement:
     # Micro-batches the window took from the DataLoader workers' queue beyond what they
     # made in it (its start's prefetched batches): left out of the rates (loop.window_drain).
     queue_drained: int | None = None
+    # A data-bound window with workers is rated between its first and last micro-batch
+    # that a step waited for on an empty queue: the micro-batches and seconds between them
+    # (loop.loader_paced; None when the window's rate is the step's).
+    paced_batches: int | None = None
+    paced_s: float | None = None
     # Token workloads batched by autotune: the rates are the epoch's, the window's time
     # scaled by the fitted time of the epoch's mean step over the window's (trial/epoch.py);
     # window_rate is the window's own rate, in the unit (None when not scaled).

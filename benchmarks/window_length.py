@@ -14,6 +14,8 @@ in a second 40-step window. Printed per round, and as median and range over the 
 - ``10/40``: the 10-step window's rate over the 40-step one's (the window-length effect
   plus run-to-run noise);
 - ``40/40``: the two 40-step windows' ratio (run-to-run noise alone), the control;
+- ``10/40 unpaced``: both windows rated over their whole time, the queue's drain left
+  out (``window_drain``), as before the pacing of ``autotune.trial.loop.loader_paced``;
 - ``10/40 before``: the 10-step window's rate counting every micro-batch the window took,
   as before the queue accounting.
 
@@ -59,27 +61,32 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp())
     spaces = {"10": _space(10, folder), "40": _space(40, folder), "40b": _space(40, folder)}
     names = list(spaces)
-    short, control, before = [], [], []
+    short, control, unpaced, before = [], [], [], []
     for r in range(args.rounds):
         order = names[r % 3 :] + names[: r % 3]
         got = {}
         for name in order:
             m = run_trial(spaces[name], CONFIG, folder / f"r{r}-{name}")
             assert m.ok, m.reason
-            taken = m.measured_steps / (m.measured_steps - (m.queue_drained or 0))
-            got[name] = (m.samples_per_s, m.samples_per_s * taken, m.queue_drained)
+            samples = m.measured_steps * CONFIG.global_batch
+            whole = samples / m.window_s  # every micro-batch taken, over the whole window
+            made = whole * (1 - (m.queue_drained or 0) / m.measured_steps)
+            got[name] = (m.samples_per_s, made, whole, m.queue_drained, m.paced_batches)
         short.append(got["10"][0] / got["40"][0])
         control.append(got["40b"][0] / got["40"][0])
-        before.append(got["10"][1] / got["40"][0])
+        unpaced.append(got["10"][1] / got["40"][1])
+        before.append(got["10"][2] / got["40"][1])
         print(
             f"round {r + 1} ({', '.join(order)}): 10-step {got['10'][0]:,.0f} samples/s "
-            f"(queue drained {got['10'][2]}), 40-step {got['40'][0]:,.0f} and "
-            f"{got['40b'][0]:,.0f}; 10/40 {short[-1]:.3f}, 40/40 {control[-1]:.3f}, "
+            f"(queue drained {got['10'][3]}, paced over {got['10'][4]} batches), 40-step "
+            f"{got['40'][0]:,.0f} and {got['40b'][0]:,.0f}; 10/40 {short[-1]:.3f}, "
+            f"40/40 {control[-1]:.3f}, 10/40 unpaced {unpaced[-1]:.3f}, "
             f"10/40 before {before[-1]:.3f}",
             flush=True,
         )
     print(f"10/40: {_range(short)}")
     print(f"40/40 (control): {_range(control)}")
+    print(f"10/40 unpaced (the queue accounting alone): {_range(unpaced)}")
     print(f"10/40 before the queue accounting: {_range(before)}")
 
 

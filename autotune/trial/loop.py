@@ -79,11 +79,12 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
         (lambda: compiles.spent_s() - before_window) if compiles.enabled else None,
     )
     queued_before = ready_batches(batches)
+    arrivals = _Arrivals(batches)
     step_positions = [applied.positions]
     clock = StepClock(device)
     clock.start()
     for _ in range(int(trial["measured_steps"])):
-        losses.append(applied.train_step(batches))
+        losses.append(applied.train_step(arrivals))
         clock.mark()
         step_positions.append(applied.positions)
         progress.update(clock)
@@ -109,16 +110,21 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
     micro = steps * config.accumulation_steps
     drained = window_drain(queued_before, queued_after, micro)
     produced = (micro - (drained or 0)) / micro  # of the window's micro-batches
+    paced = None
+    if recompile_in_window_s == 0.0:
+        paced = loader_paced(arrivals.times, applied.loader.num_workers, micro)
+    rated_s = window_s  # what the rates divide by
+    if paced is not None:  # the loader's pace between two waits on its empty queue
+        rated_s, produced = micro * paced[1] / paced[0], 1.0
     waited = applied.data_wait_s - waited_before
     data_share = min(1.0, waited / clock.window_s) if clock.window_s > 0 else None
     real = (applied.real_tokens - tokens_before) * produced
     positions = applied.positions - positions_before
     padding = applied.padding - padding_before
     if WORLD > 1:  # global view: mean loss, slowest rank's window, largest memory peak
-        stacked, window_s, warmup_s, memory["peak_mem_bytes"], counts = _reduce_ranks(
+        stacked, (window_s, rated_s, warmup_s), memory["peak_mem_bytes"], counts = _reduce_ranks(
             stacked,
-            window_s,
-            warmup_s,
+            [window_s, rated_s, warmup_s],
             memory["peak_mem_bytes"],
             [real, positions, padding],
             device,
@@ -126,15 +132,13 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
         real, positions, padding = counts
     values = [float(x) for x in stacked.cpu().tolist()]
     per_step = config.global_batch  # samples of all ranks
-    samples_per_s, tokens_per_s = window_rates(
-        workload, steps * per_step * produced, real, window_s
-    )
+    samples_per_s, tokens_per_s = window_rates(workload, steps * per_step * produced, real, rated_s)
     window_rate = None
     if scale is not None:  # the epoch's mean step, anchored to the window's time
         window_rate = tokens_per_s
         real = steps * scale.real_per_step * produced * WORLD
         samples_per_s, tokens_per_s = window_rates(
-            workload, steps * per_step * produced, real, window_s * scale.time
+            workload, steps * per_step * produced, real, rated_s * scale.time
         )
     m = Measurement(
         status=OK,
@@ -146,6 +150,8 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
         padding_share=padding / positions if positions else None,
         data_share=data_share,
         queue_drained=drained,
+        paced_batches=paced[0] if paced is not None else None,
+        paced_s=paced[1] if paced is not None else None,
         epoch_scale=scale.time if scale is not None else None,
         window_rate=window_rate,
         peak_longest_bytes=peaks[1]["peak_mem_bytes"] if longest is not None else None,
@@ -220,6 +226,54 @@ def window_drain(before: int | None, after: int | None, micro_batches: int) -> i
     if before is None or after is None:
         return None
     return min(max(0, before - after), micro_batches - 1)
+
+
+class _Arrivals:
+    """The window's batch iterator: notes, for each micro-batch, when it came and whether
+    the loader's queue was empty when the step asked for it (the step waited for a
+    worker). Without workers nothing is noted."""
+
+    def __init__(self, batches: Any) -> None:
+        self.batches = batches
+        self.counted = ready_batches(batches) is not None
+        self.times: list[tuple[float, bool]] = []
+
+    def __iter__(self) -> _Arrivals:
+        return self
+
+    def __next__(self) -> Any:
+        if not self.counted:
+            return next(self.batches)
+        empty = ready_batches(self.batches) == 0
+        batch = next(self.batches)
+        self.times.append((time.perf_counter(), empty))
+        return batch
+
+
+def loader_paced(
+    arrivals: list[tuple[float, bool]], workers: int, micro_batches: int
+) -> tuple[int, float] | None:
+    """Micro-batches, and seconds, between the window's first and last batch that a step
+    waited for on an empty queue, when they span at least half the window.
+
+    A data-bound window opens with the workers' next batches part-made (the slow warm-up
+    step gave them a head start): its first batches come sooner than the loader's pace,
+    and a short window overstates the rate (~4% over 10 steps, up to 9%). Between two
+    batches that arrived on an empty queue, each the moment a worker finished it, the
+    loader made exactly the batches taken in between: the queue is empty at both ends.
+    The last one is of the same worker as the first (a multiple of ``workers`` later:
+    the DataLoader hands batches out in turn), so the other workers are as far into
+    theirs as at the start. ``None`` when the window was not data-bound enough to have
+    two such batches half a window apart: its rate is then the step's, counted with the
+    queue's drain (:func:`window_drain`)."""
+    waited = [i for i, (_, empty) in enumerate(arrivals) if empty]
+    if not waited:
+        return None
+    first = waited[0]
+    last = max(i for i in waited if (i - first) % max(workers, 1) == 0)
+    if last - first < max(1, micro_batches // 2):
+        return None
+    return last - first, arrivals[last][0] - arrivals[first][0]
 
 
 def counts_tokens(workload: Workload) -> bool:
@@ -306,23 +360,23 @@ class _Compiles:
 
 def _reduce_ranks(
     losses: torch.Tensor,
-    window_s: float,
-    warmup_s: float,
+    times: list[float],
     peak: int,
     counts: list[int],
     device: torch.device,
-) -> tuple[torch.Tensor, float, float, int, list[int]]:
+) -> tuple[torch.Tensor, list[float], int, list[int]]:
+    """The mean loss, the slowest rank's ``times``, the largest peak and the summed counts."""
     import torch.distributed as dist
 
     losses = losses.clone()
     dist.all_reduce(losses)
     losses /= WORLD
-    worst = torch.tensor([window_s, warmup_s, float(peak)], dtype=torch.float64, device=device)
+    worst = torch.tensor([*times, float(peak)], dtype=torch.float64, device=device)
     dist.all_reduce(worst, op=dist.ReduceOp.MAX)
-    window_s, warmup_s, peak_f = worst.tolist()
+    *times, peak_f = worst.tolist()
     summed = torch.tensor(counts, dtype=torch.float64, device=device)
     dist.all_reduce(summed)  # token counts of all ranks
-    return losses, window_s, warmup_s, int(peak_f), [int(x) for x in summed.tolist()]
+    return losses, times, int(peak_f), [int(x) for x in summed.tolist()]
 
 
 def write_json(path: Path, payload: dict) -> None:

@@ -10,7 +10,7 @@ import torch
 
 from autotune import Config, load_space
 from autotune.study.runner import run_trial
-from autotune.trial.loop import ready_batches, window_drain
+from autotune.trial.loop import loader_paced, ready_batches, window_drain
 
 
 def _loader(workers: int) -> torch.utils.data.DataLoader:
@@ -38,6 +38,42 @@ def test_window_drain():
     assert window_drain(None, 2, 10) is None
 
 
+def test_the_loader_pace_is_timed_between_two_waits_of_the_same_worker():
+    # 2 workers, one batch each 20 ms, in step: the first of each pair waited, the second
+    # was ready. The first wait is at 0.010 s (a head start), the pace is 10 ms a batch.
+    arrivals = [(0.010, True), (0.011, False)]
+    arrivals += [(0.010 + 0.020 * k, True) for k in range(1, 5)]
+    arrivals = sorted(arrivals + [(0.011 + 0.020 * k, False) for k in range(1, 5)])
+    assert loader_paced(arrivals, workers=2, micro_batches=10) == (8, pytest.approx(0.080))
+    # a wait of the other worker last is not an end: its batch is not a whole round later
+    odd = [*arrivals[:9], (0.101, True)]
+    assert loader_paced(odd, workers=2, micro_batches=10) == (8, pytest.approx(0.080))
+    assert loader_paced([(t, False) for t, _ in arrivals], 2, 10) is None  # never waited
+    # two waits a quarter of the window apart: too few batches to time the loader's pace
+    short = [(t, i in (2, 4)) for i, (t, _) in enumerate(arrivals)]
+    assert loader_paced(short, workers=2, micro_batches=10) is None
+
+
+def test_a_data_bound_window_is_rated_at_the_loaders_pace(write_space, tmp_path):
+    space = load_space(
+        write_space("""
+        workload: {workloads}:full_queue
+        knobs: {batch_size: [16], num_workers: [0, 2]}
+        baseline: {batch_size: 16}
+        global_batch: 16
+        trial: {warmup_steps: 1, measured_steps: 14}
+    """)
+    )
+    m = run_trial(space, Config(batch_size=16, num_workers=2), tmp_path / "w2")
+    assert m.ok, m.reason
+    # The window took the 4 prefetched batches at once, then waited for each pair of the
+    # workers' 50 ms batches: rated between two of those waits, at the loader's pace.
+    assert m.paced_batches is not None and m.paced_batches >= 7
+    assert m.paced_batches % 2 == 0  # whole rounds of the 2 workers
+    assert m.samples_per_s == pytest.approx(16 * m.paced_batches / m.paced_s)
+    assert m.samples_per_s <= 1.03 * 2 * 16 / 0.05  # the loader cannot go faster
+
+
 def test_a_window_opening_on_a_full_queue_counts_only_what_the_loader_made(write_space, tmp_path):
     space = load_space(
         write_space("""
@@ -54,6 +90,7 @@ def test_a_window_opening_on_a_full_queue_counts_only_what_the_loader_made(write
     # window's fast steps took them at once, then waited for the rest (how many the
     # workers had made again by the window's end varies).
     assert m.queue_drained >= 1
+    assert m.paced_batches is None  # too few waits in 6 steps to time the loader's pace
     made = 6 - m.queue_drained
     assert m.samples_per_s == pytest.approx(made * 16 / m.window_s)
     eager = run_trial(space, Config(batch_size=16), tmp_path / "w0")
