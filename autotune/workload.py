@@ -35,6 +35,9 @@ def _function_or_none(where: str, value: Any, what: str) -> None:
 
 LOSS_KINDS = ("token_mean", "token_sum", "sample_mean")
 ISOLATED_LAYOUTS = ("rows", "flat")
+# The frameworks a workload can come from (autotune.hf, autotune.lightning): each has its
+# export format (autotune.output.export.FRAMEWORK_FORMATS).
+FRAMEWORKS = ("transformers", "lightning")
 
 
 @dataclass(frozen=True)
@@ -198,6 +201,11 @@ class Workload:
                 )
         if self.tokens_per_sample is not None:
             _int_at_least("Workload.tokens_per_sample", self.tokens_per_sample, 1)
+        if self.framework is not None and self.framework not in FRAMEWORKS:
+            raise WorkloadError(
+                f"Workload.framework must be one of {', '.join(map(repr, FRAMEWORKS))} or None "
+                f"but got {self.framework!r}"
+            )
         if self.tokens is not None and not isinstance(self.tokens, Tokens):
             raise WorkloadError(
                 f"Workload.tokens must be autotune.Tokens(pad_id=...) but got "

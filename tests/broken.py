@@ -30,6 +30,7 @@ MISTAKES = {
     "criterion": {"loss": nn.CrossEntropyLoss()},
     "model_instance": {"model": MLP()},
     "optimizer_instance": {"optimizer": torch.optim.SGD(MLP().parameters(), lr=0.1)},
+    "unknown_framework": {"framework": "keras"},
     # functions with the wrong arguments
     "loss_one_argument": {"loss": lambda batch: batch[0].sum()},
     "functional_criterion": {"loss": F.cross_entropy},

@@ -31,6 +31,9 @@ EXPECTED = {
         "Workload.optimizer must build the optimizer over the params it is given but got "
         "a SGD instance"
     ),
+    "unknown_framework": (
+        "Workload.framework must be one of 'transformers', 'lightning' or None but got 'keras'"
+    ),
     "loss_one_argument": "Workload.loss(model, batch): autotune calls it so, but it takes (batch)",
     "functional_criterion": (
         "must be Tensor, not MLP; the batch was a list of (tensor [8, 16] float32, tensor "

@@ -29,12 +29,13 @@ from ..planned import Projection
 from ..results import machine_line, recommendation
 from ..space_file import load_space
 from ..study.storage import load_result
+from ..workload import FRAMEWORKS
 from .facts import speedup_text
 
 FORMATS = ("yaml", "json", "hf", "lightning", "env", "torch")
 # The format a study suggests for the framework its workload came from (the probe's
 # ``workload_framework``); a plain PyTorch workload gets the training-loop snippet.
-FRAMEWORK_FORMATS = {"transformers": "hf", "lightning": "lightning"}
+FRAMEWORK_FORMATS = dict(zip(FRAMEWORKS, ("hf", "lightning"), strict=True))
 
 
 def suggested_format(environment: Mapping[str, Any]) -> str:
