@@ -62,6 +62,12 @@ def verification_lines(v: Verification) -> list[str]:
         lines.append(
             f"error: {v.error:+.1%} (observed / predicted - 1; {verdict} the ±{TOLERANCE:.0%} goal)"
         )
+    if v.spread is not None and v.spread > TOLERANCE:
+        lines.append(
+            f"note: the rounds' ratios lay within ±{v.spread:.1%} of their median, wider than "
+            f"the ±{TOLERANCE:.0%} goal: this machine's run-to-run noise alone can move the "
+            "verdict; verify again, or with more --rounds, before reading it"
+        )
     loader = "the trials' endless stream" if v.endless else "epochs of the shuffled loader"
     lines.append(
         f"run length: {v.steps} optimizer steps ({v.steps_factor}x the trial's "

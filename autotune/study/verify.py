@@ -135,6 +135,16 @@ class Verification:
     def within_tolerance(self) -> bool | None:
         return None if self.error is None else abs(self.error) <= TOLERANCE
 
+    @property
+    def spread(self) -> float | None:
+        """Half the range of the rounds' ratios over their median (0.07: the rounds lay
+        within ±7% of it); ``None`` with fewer than two complete rounds. Wider than the
+        goal, the machine's run-to-run noise alone can move the verdict."""
+        ratios = [ratio for _, ratio in self.ratios()]
+        if len(ratios) < 2:
+            return None
+        return (max(ratios) - min(ratios)) / (2 * statistics.median(ratios))
+
     def first_in(self, number: int) -> str | None:
         """Which role ran first in round ``number``."""
         return next((run.role for run in self.runs if run.round == number), None)
@@ -155,6 +165,7 @@ class Verification:
             "error": self.error,
             "tolerance": TOLERANCE,
             "within_tolerance": self.within_tolerance,
+            "spread": self.spread,
             "ratios": [{"round": n, "ratio": ratio} for n, ratio in ratios],
             "rounds": self.rounds,
             "steps": self.steps,

@@ -92,8 +92,11 @@ def test_rounds_alternate_and_the_error_is_observed_over_predicted(tmp_path):
     assert data["order"] == [list(o) for o in order]
     assert data["observed_speedup"] == pytest.approx(v.observed)
     assert data["error"] == pytest.approx(v.error)
+    assert v.spread == pytest.approx((240.0 / 90.0 - 270.0 / 110.0) / 2 / statistics.median(ratios))
+    assert data["spread"] == pytest.approx(v.spread)
     lines = verification_lines(v)
     assert "error: +4.0% (observed / predicted - 1; within the ±5% goal)" in lines
+    assert not any(line.startswith("note: the rounds") for line in lines)  # ±4.1%
     assert any(line.startswith("round 2: baseline 110.0 · recommended 270.0") for line in lines)
     assert any(line.endswith("(recommended first)") for line in lines)
 
@@ -165,3 +168,17 @@ def test_an_infeasible_baseline_or_no_best_is_a_one_line_error(tmp_path):
 def test_arguments_out_of_range(tmp_path, kwargs):
     with pytest.raises(ArgumentError):
         verify_result(SPACE, _result(), tmp_path, run=FakeRun({}), **kwargs)
+
+
+def test_rounds_that_spread_wider_than_the_goal_say_the_verdict_is_not_to_be_read(tmp_path):
+    """The CNN study's verify of 2026-12-05 (docs/confirmation.md): ratios 1.554, 1.602
+    and 1.378 against a predicted 1.738, an error of -10.6% whose rounds alone spread
+    ±7.2%; the next two verifies of the same study were -5.0% and -3.5%."""
+    fake = FakeRun({8: [941.6, 1003.4, 880.9], 32: [1463.6, 1607.9, 1214.0]})
+    v = verify_result(SPACE, _result(938.1, 1630.8), tmp_path, rounds=3, steps_factor=1, run=fake)
+    assert v.error == pytest.approx(1.554 / 1.738 - 1, abs=1e-3)
+    assert v.spread == pytest.approx((1.602 - 1.378) / 2 / 1.554, abs=1e-3)
+    lines = verification_lines(v)
+    assert "note: the rounds' ratios lay within ±7.2% of their median, wider than the ±5% " in (
+        "".join(line for line in lines if line.startswith("note: the rounds"))
+    )
