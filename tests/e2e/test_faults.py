@@ -24,7 +24,7 @@ def test_every_fault_is_a_recorded_trial_and_the_study_completes(write_space, tm
         knobs: {{batch_size: [8, 9, 10, 11, 12, 13, 14, 15], num_workers: 1}}
         baseline: {{batch_size: 8}}
         global_batch: free
-        trial: {{warmup_steps: 1, measured_steps: 6, timeout_s: 25, memory_cap: 1.5GiB}}
+        trial: {{warmup_steps: 1, measured_steps: 6, timeout_s: 10, memory_cap: 1.5GiB}}
         search: {{prune: false, confirm_top: 0}}  # every fault must run into its own end
         budget: {{n_trials: 8}}
     """)
@@ -38,7 +38,7 @@ def test_every_fault_is_a_recorded_trial_and_the_study_completes(write_space, tm
         11: ("oom", "over the per-trial cap of 1536 MiB; killed"),
         12: ("failed", "killed by SIGABRT in _abort (faulty.py:"),
         13: ("failed", "killed by SIGSEGV in _segfault (faulty.py:"),
-        14: ("timeout", "no result within 25 s; killed: hung in _hang (faulty.py:"),
+        14: ("timeout", "no result within 10 s; killed: hung in _hang (faulty.py:"),
         15: ("nan", "loss is nan at step 0"),
     }
     for batch, (status, text) in expect.items():
@@ -65,7 +65,7 @@ def test_a_hung_worker_and_an_aborted_forward_are_named(write_space, tmp_path):
         write_space(f"""
         workload: {FAULTY}:hangs_and_aborts
         global_batch: free
-        trial: {{warmup_steps: 1, measured_steps: 2, timeout_s: 15}}
+        trial: {{warmup_steps: 1, measured_steps: 2, timeout_s: 10}}
     """)
     )
     hung = run_trial(space, Config(batch_size=8, num_workers=1), tmp_path / "hung")
