@@ -211,8 +211,9 @@ def hf_training_arguments(
     _hf_fsdp(r, kw, block_types)
     world = r.values.get("world_size", 1)
     if world > 1 and r.values.get("fsdp", "off") == "off":
+        _static_graph_with_accumulation(r, HF)
         for name in ("ddp_bucket_cap_mb", "ddp_static_graph"):  # TrainingArguments fields
-            if name in r:
+            if name in r and name not in r.no_equivalent:
                 kw[name] = r.take(name)
     if kw["gradient_accumulation_steps"] * world > 1:
         r.notes.append(
@@ -334,10 +335,29 @@ def lightning_kwargs(values: Mapping[str, Any], block_types: Sequence[str] = ())
 DDP_OPTIONS = ("ddp_bucket_cap_mb", "ddp_gradient_as_bucket_view", "ddp_static_graph")
 
 
+def _static_graph_with_accumulation(r: _Rules, trainer: str) -> None:
+    """A trainer accumulates gradients under DDP's ``no_sync``, which fails under a static
+    graph in torch's reducer (pytorch/pytorch#143580; accelerate#3679): autotune's own
+    loop then all-reduces every micro-batch, a trainer cannot be told to."""
+    if r.values.get("ddp_static_graph") and r.values.get("accumulation_steps", 1) > 1:
+        r.cannot(
+            "ddp_static_graph",
+            f"{trainer} with gradient accumulation",
+            "its no_sync fails under a static graph in torch's reducer (pytorch/pytorch"
+            "#143580); autotune measured it all-reducing every micro-batch: leave "
+            "static_graph off, or write the loop yourself (autotune.apply)",
+        )
+
+
 def _lightning_strategy(r: _Rules, block_types: Sequence[str]) -> tuple[str, dict[str, Any]]:
     """``DDPStrategy`` kwargs (passed on to DistributedDataParallel), or ``FSDPStrategy``'s."""
     if r.values.get("fsdp", "off") == "off":
-        ddp = {name.removeprefix("ddp_"): r.take(name) for name in DDP_OPTIONS if name in r}
+        _static_graph_with_accumulation(r, "Lightning's Trainer")
+        ddp = {
+            name.removeprefix("ddp_"): r.take(name)
+            for name in DDP_OPTIONS
+            if name in r and name not in r.no_equivalent
+        }
         return "DDPStrategy", ddp
     mode = r.take("fsdp")
     reshard = r.take("fsdp_reshard_after_forward", True)

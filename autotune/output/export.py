@@ -180,6 +180,11 @@ def _torch(
                 f"static_graph={config.ddp_static_graph},",
                 ")",
             ]
+            if config.ddp_static_graph and config.accumulation_steps > 1:
+                lines.append(
+                    "# with static_graph, every micro-batch all-reduces (no model.no_sync()): "
+                    "no_sync fails under a static graph (pytorch/pytorch#143580)"
+                )
         lines += [
             "# each rank loads its share of every step: batch_size per rank, e.g.",
             "# DataLoader(dataset, batch_size=..., sampler=DistributedSampler(dataset))",

@@ -414,8 +414,10 @@ class Applied:
             with phase("to_device"):
                 batch, micro[i] = self.to_device(micro[i]), None
             # Under DDP only the last micro-batch all-reduces gradients. FSDP (no no_sync)
-            # reduce-scatters every micro-batch: its gradients stay sharded.
-            sync = i == last or not hasattr(self.model, "no_sync")
+            # reduce-scatters every micro-batch: its gradients stay sharded. So does DDP
+            # with a static graph: its no_sync fails in torch's reducer (an internal assert
+            # on the first backward; pytorch/pytorch#143580, fix proposed in #187732).
+            sync = i == last or not _can_skip_sync(self.model)
             with contextlib.nullcontext() if sync else self.model.no_sync():
                 with phase("forward"), self.forward_context():
                     loss = self.loss_fn(self.model, batch)
@@ -451,6 +453,12 @@ class Applied:
         if self.loss_kind == "token_sum":
             counts = [1] * len(micro)
         return [count * world / step for count in counts]
+
+
+def _can_skip_sync(model: torch.nn.Module) -> bool:
+    """Whether a micro-batch that is not a step's last can skip the gradient all-reduce
+    (DDP's ``no_sync``): not under FSDP (no ``no_sync``), nor under DDP's static graph."""
+    return hasattr(model, "no_sync") and not getattr(model, "static_graph", False)
 
 
 def _build_optimizer(optimizer: Any, model: torch.nn.Module) -> torch.optim.Optimizer:

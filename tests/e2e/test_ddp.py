@@ -29,6 +29,24 @@ def test_two_process_gloo_trial_reports_global_throughput(write_space, tmp_path)
     assert wait_no_children(tmp_path) == []
 
 
+def test_a_static_graph_with_accumulation_steps_like_one_process(write_space, tmp_path):
+    """DDP's no_sync fails under a static graph in torch's reducer (an internal assert;
+    pytorch/pytorch#143580): with one, every micro-batch all-reduces, and the trajectory is
+    still that of one process with the whole step."""
+    space = load_space(
+        write_space("""
+        workload: {workloads}:tiny
+        global_batch: free
+        trial: {warmup_steps: 1, measured_steps: 3, timeout_s: 180}
+    """)
+    )
+    static = Config(batch_size=8, accumulation_steps=2, world_size=2, ddp_static_graph=True)
+    m = run_trial(space, static, tmp_path / "static")
+    assert m.ok, m.reason
+    single = run_trial(space, Config(batch_size=16, accumulation_steps=2), tmp_path / "single")
+    assert all(abs(a - b) < 1e-4 for a, b in zip(m.losses, single.losses, strict=True))
+
+
 def test_ddp_options_need_world_size():
     try:
         Config(ddp_static_graph=True)

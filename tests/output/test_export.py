@@ -340,6 +340,26 @@ def test_sharded_configs_map_to_fsdp2_settings_and_strategies():
         "gradient_as_bucket_view": False,
         "static_graph": True,
     }
+    # A trainer accumulates under no_sync, which fails with a static graph: not exported
+    accumulating = Config(
+        batch_size=8,
+        accumulation_steps=2,
+        world_size=2,
+        ddp_bucket_cap_mb=50,
+        ddp_static_graph=True,
+    ).to_dict()
+    for mapped, section in (
+        (hf_training_arguments(accumulating), "TrainingArguments"),
+        (lightning_kwargs(accumulating), "DDPStrategy"),
+    ):
+        assert "ddp_static_graph" not in mapped.kwargs[section]
+        assert "static_graph" not in mapped.kwargs[section]
+        assert mapped.kwargs[section].get("ddp_bucket_cap_mb", 50) == 50
+        assert "no_sync fails under a static graph" in mapped.no_equivalent["ddp_static_graph"]
+        assert "with gradient accumulation" in mapped.no_equivalent["ddp_static_graph"]
+    torch_text = export_config(accumulating, "torch")
+    assert "static_graph=True," in torch_text and "(no model.no_sync())" in torch_text
+    assert "no_sync" not in export_config(ddp, "torch")  # one micro-batch: nothing to skip
     # the env export writes the FSDP config file HfArgumentParser reads
     env = export_config(fsdp, "env")
     assert "> fsdp_config.json" in env and "--fsdp_config fsdp_config.json" in env

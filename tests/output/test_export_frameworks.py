@@ -154,6 +154,7 @@ def test_the_lightning_export_fits_with_ddp_on_two_gloo_processes(tmp_path):
         world_size=2,
         ddp_bucket_cap_mb=1,
         ddp_gradient_as_bucket_view=True,
+        ddp_static_graph=True,  # not exported with accumulation: its no_sync would fail
     )
     snippet = export_config(config, "lightning", evidence=CPU)
     script = tmp_path / "fit.py"
