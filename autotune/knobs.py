@@ -52,6 +52,7 @@ class Capabilities:
     isolated_undeclared: str = "the workload's samples are not token sequences (Workload.tokens)"
     # why packing: isolated would be ("" when Tokens(causal_lm=True, isolated=...))
     context: int = 0  # the model's positions (Tokens.context, a transformers config); 0: unknown
+    pack_length: int = 0  # the workload's Tokens.pack_length (0: none declared)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Capabilities:
@@ -80,6 +81,9 @@ class Knob:
         mistake: given the capabilities and a value, why listing that value is a mistake
             of the space or workload (``None`` when it is not): an error before any
             trial, where ``unsupported`` only drops the value with a note.
+        means: given the capabilities and a value, the value it stands for (``pack_length``
+            0 is the workload's own): a listed value that means another listed one is
+            dropped with a note, so that one run is not measured twice.
     """
 
     name: str
@@ -91,6 +95,7 @@ class Knob:
     unsupported: Callable[[Capabilities, Any], str | None] = lambda caps, value: None
     requires: Callable[[Mapping[str, Any]], str | None] = lambda values: None
     mistake: Callable[[Capabilities, Any], str | None] = lambda caps, value: None
+    means: Callable[[Capabilities, Any], Any] = lambda caps, value: value
 
     def normalize(self, value: Any) -> Any:
         """Return ``value`` in canonical form, or raise ``ValueError`` saying what is allowed."""
@@ -429,6 +434,7 @@ KNOBS: dict[str, Knob] = {
             minimum=0,
             requires=_needs("packing", lambda v: v != "off", "other than off"),
             mistake=_pack_length_mistake,
+            means=lambda caps, value: value or caps.pack_length,
         ),
         Knob(
             "length_grouping",

@@ -336,9 +336,13 @@ def _supported(name: str, values: tuple[Any, ...], caps: Capabilities, notes: li
     """The values of knob ``name`` that can run with ``caps``; notes what was dropped."""
     knob = KNOBS[name]
     kept = []
+    meant = {knob.means(caps, v): v for v in reversed(values) if knob.means(caps, v) == v}
     for value in values:
         reason = knob.unsupported(caps, value)
-        if reason is None:
+        same = meant.get(knob.means(caps, value), value)
+        if same != value:
+            notes.append(f"{name}={value} dropped: it is {same}, also listed")
+        elif reason is None:
             kept.append(value)
         elif len(values) > 1:
             notes.append(f"{name}={value} dropped: {reason}")

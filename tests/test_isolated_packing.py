@@ -241,6 +241,25 @@ def test_a_pack_length_above_the_models_context_is_one_line_before_any_trial():
     assert {128, 512} <= set(space.restrict(caps)[0].knobs["pack_length"])  # context unknown
 
 
+def test_a_pack_length_of_0_that_is_a_listed_length_runs_once():
+    """pack_length 0 is the workload's Tokens.pack_length: listed with that length, the
+    two are one config, dropped with a note; without it, or with none declared, kept."""
+    from autotune.trial.probe import capabilities
+
+    caps = Capabilities(device="cpu", tokens=True, token_collate=True, packing_undeclared="")
+    knobs = {"packing": ["packed"], "pack_length": [0, 128, 512]}
+    space = parse_space({"workload": "m:f", "knobs": knobs})
+    restricted, notes = space.restrict(dataclasses.replace(caps, pack_length=128))
+    assert restricted.knobs["pack_length"] == (128, 512)
+    assert "pack_length=0 dropped: it is 128, also listed" in notes
+    other = dataclasses.replace(caps, pack_length=256)
+    assert space.restrict(other)[0].knobs["pack_length"] == (0, 128, 512)
+    assert space.restrict(caps)[0].knobs["pack_length"] == (0, 128, 512)  # none declared
+    workload = _text_lm()
+    found = capabilities(torch.device("cpu"), workload, workload.dataset())
+    assert found["pack_length"] == 128  # what the probe reads from the workload
+
+
 @pytest.mark.cuda
 def test_the_flash_attention_path_of_a_hugging_face_model_keeps_samples_apart():
     """transformers' flash-attention path reads one packed row's position_ids as

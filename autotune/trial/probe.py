@@ -218,6 +218,7 @@ def capabilities(device: torch.device, workload: Workload, dataset: Any) -> dict
         "packing_undeclared": workload.packing_undeclared or "",
         "isolated_undeclared": workload.isolated_undeclared or "",
         "context": model_context(model, workload),
+        "pack_length": (workload.tokens.pack_length or 0) if workload.tokens else 0,
     }
 
 
