@@ -54,16 +54,21 @@ def test_the_loader_pace_is_timed_between_two_waits_of_the_same_worker():
     assert loader_paced(short, workers=2, micro_batches=10) is None
 
 
-def test_a_data_bound_window_is_rated_at_the_loaders_pace(write_space, tmp_path):
-    space = load_space(
-        write_space("""
-        workload: {workloads}:full_queue
-        knobs: {batch_size: [16], num_workers: [0, 2]}
-        baseline: {batch_size: 16}
+def _full_queue(write_space, steps: int):
+    """A data-bound workload (2 workers, 50 ms a batch) whose first step sleeps 1 s."""
+    return load_space(
+        write_space(f"""
+        workload: {{workloads}}:full_queue
+        knobs: {{batch_size: [16], num_workers: [0, 2]}}
+        baseline: {{batch_size: 16}}
         global_batch: 16
-        trial: {warmup_steps: 1, measured_steps: 14}
+        trial: {{warmup_steps: 1, measured_steps: {steps}}}
     """)
     )
+
+
+def test_a_data_bound_window_is_rated_at_the_loaders_pace(write_space, tmp_path):
+    space = _full_queue(write_space, steps=14)
     m = run_trial(space, Config(batch_size=16, num_workers=2), tmp_path / "w2")
     assert m.ok, m.reason
     # The window took the 4 prefetched batches at once, then waited for each pair of the
@@ -75,15 +80,7 @@ def test_a_data_bound_window_is_rated_at_the_loaders_pace(write_space, tmp_path)
 
 
 def test_a_window_opening_on_a_full_queue_counts_only_what_the_loader_made(write_space, tmp_path):
-    space = load_space(
-        write_space("""
-        workload: {workloads}:full_queue
-        knobs: {batch_size: [16], num_workers: [0, 2]}
-        baseline: {batch_size: 16}
-        global_batch: 16
-        trial: {warmup_steps: 1, measured_steps: 6}
-    """)
-    )
+    space = _full_queue(write_space, steps=6)
     m = run_trial(space, Config(batch_size=16, num_workers=2), tmp_path / "w2")
     assert m.ok, m.reason
     # The first step slept 1 s while 2 workers filled their 4 batches (50 ms each); the
