@@ -310,6 +310,9 @@ def apply(trainer: Any, config: Any, *, warn: bool = True) -> Any:
             kwargs["train_sampling_strategy"] = "random"
     if hasattr(args, "group_by_length") and "train_sampling_strategy" in kwargs:
         kwargs["group_by_length"] = kwargs.pop("train_sampling_strategy") == "group_by_length"
+    if hasattr(args, "activation_checkpointing"):  # transformers 5: the old name is an
+        # alias read only while the new one is unset, which built arguments never are
+        kwargs["activation_checkpointing"] = kwargs.pop("gradient_checkpointing")
     if mapped.no_equivalent and warn:
         listed = "; ".join(f"{k}={v}" for k, v in mapped.no_equivalent.items())
         warnings.warn(f"autotune.hf.apply: set by hand: {listed}", UserWarning, stacklevel=2)

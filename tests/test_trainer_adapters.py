@@ -121,6 +121,12 @@ def test_apply_writes_a_config_into_new_training_arguments(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         autotune.hf.apply(args, config)  # everything expressible: no warning
+        # transformers 5 reads its deprecated gradient_checkpointing only while the new
+        # activation_checkpointing is unset: set on built arguments, it did nothing
+        checkpointed = autotune.hf.apply(args, config.replace(gradient_checkpointing=True))
+    assert checkpointed.gradient_checkpointing is True
+    assert getattr(checkpointed, "activation_checkpointing", True) is True
+    assert autotune.hf.apply(checkpointed, config).gradient_checkpointing is False  # and off
 
 
 def test_the_workloads_baseline_is_under_the_space_files():
