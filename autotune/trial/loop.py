@@ -258,7 +258,8 @@ def loader_paced(
 
     A data-bound window opens with the workers' next batches part-made (the slow warm-up
     step gave them a head start): its first batches come sooner than the loader's pace,
-    and a short window overstates the rate (~4% over 10 steps, up to 9%). Between two
+    and a short window overstates the rate (a median 2-4% over 10 steps against 40 in
+    ``benchmarks/window_length.py``, single rounds up to 13%). Between two
     batches that arrived on an empty queue, each the moment a worker finished it, the
     loader made exactly the batches taken in between: the queue is empty at both ends.
     The last one is of the same worker as the first (a multiple of ``workers`` later:
