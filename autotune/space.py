@@ -336,11 +336,10 @@ def _supported(name: str, values: tuple[Any, ...], caps: Capabilities, notes: li
     """The values of knob ``name`` that can run with ``caps``; notes what was dropped."""
     knob = KNOBS[name]
     kept = []
-    meant = {knob.means(caps, v): v for v in reversed(values) if knob.means(caps, v) == v}
     for value in values:
         reason = knob.unsupported(caps, value)
-        same = meant.get(knob.means(caps, value), value)
-        if same != value:
+        same = knob.means(caps, value)
+        if same != value and same in values:
             notes.append(f"{name}={value} dropped: it is {same}, also listed")
         elif reason is None:
             kept.append(value)

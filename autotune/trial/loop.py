@@ -79,7 +79,7 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
         (lambda: compiles.spent_s() - before_window) if compiles.enabled else None,
     )
     queued_before = ready_batches(batches)
-    arrivals = _Arrivals(batches)
+    arrivals = _Arrivals(batches, counted=queued_before is not None)
     step_positions = [applied.positions]
     clock = StepClock(device)
     clock.start()
@@ -233,9 +233,9 @@ class _Arrivals:
     the loader's queue was empty when the step asked for it (the step waited for a
     worker). Without workers nothing is noted."""
 
-    def __init__(self, batches: Any) -> None:
+    def __init__(self, batches: Any, counted: bool) -> None:
         self.batches = batches
-        self.counted = ready_batches(batches) is not None
+        self.counted = counted  # the queue can be read (:func:`ready_batches`)
         self.times: list[tuple[float, bool]] = []
 
     def __iter__(self) -> _Arrivals:
