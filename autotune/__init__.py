@@ -57,9 +57,9 @@ _WHERE = {
     "Config": "config",
     "load_config": "config",
     "Measurement": "measurement",
-    "Mapped": "trainer_args",
-    "hf_training_arguments": "trainer_args",
-    "lightning_kwargs": "trainer_args",
+    "Mapped": "frameworks.mapping",
+    "hf_training_arguments": "frameworks.mapping",
+    "lightning_kwargs": "frameworks.mapping",
     "config_from_env": "output.export",
     "export_config": "output.export",
     "load_best": "output.export",
@@ -76,11 +76,17 @@ _WHERE = {
 }
 
 
+# Submodules reached as attributes after a plain ``import autotune`` (``autotune.hf.apply``).
+_SUBMODULES = ("hf", "lightning")
+
+
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return import_module(f".{name}", __name__)
     if name in _WHERE:
         return getattr(import_module(f".{_WHERE[name]}", __name__), name)
     raise AttributeError(f"module 'autotune' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+    return sorted([*globals(), *__all__, *_SUBMODULES])

@@ -346,7 +346,7 @@ def load_workload(
             builds its model right away (``make_trainer()``) builds the same weights in
             every run.
         adapt: turns what the factory returned, when not a :class:`Workload`, into one
-            (``None`` for something it does not know): :func:`autotune.adapters.load`
+            (``None`` for something it does not know): :func:`autotune.frameworks.adapters.load`
             passes the Trainer and Lightning adapters.
 
     Raises:

@@ -1,6 +1,8 @@
 """The package's layers (docs/architecture.md): what may import what.
 
-values (knobs, config, space, ...) <- trial/ (the trial process, torch)
+values (knobs, config, space, ...) <- frameworks/ (Trainer and Lightning: their names,
+adapters, loops and argument mapping; torch and the frameworks only inside functions)
+values, frameworks <- trial/ (the trial process, torch)
 values <- study/ (the driver, optuna) <- output/ (terminal, HTML, exports) <- cli
 Nothing but the lazy public API in ``autotune/__init__.py`` names ``trial/``: the driver
 starts trials by module name. Imports inside functions count like any other.
@@ -17,15 +19,18 @@ import pytest
 from conftest import ROOT
 
 PACKAGE = ROOT / "autotune"
-LAYERS = ("trial", "study", "output")
-# layer -> the layers it may import (values are every module outside the three folders)
+LAYERS = ("frameworks", "trial", "study", "output")
+# layer -> the layers it may import (values are every module outside the four folders)
 ALLOWED = {
     "values": {"values"},
-    "trial": {"values", "trial"},
+    "frameworks": {"values", "frameworks"},
+    "trial": {"values", "frameworks", "trial"},
     "study": {"values", "study"},
-    "output": {"values", "study", "output"},
-    "cli": {"values", "study", "output", "cli"},
+    "output": {"values", "frameworks", "study", "output"},
+    "cli": {"values", "frameworks", "study", "output", "cli"},
 }
+# The package and the frameworks' public faces (autotune.hf re-exports autotune.frameworks.hf)
+PUBLIC_API = ("autotune", "autotune.hf", "autotune.lightning")
 # The driver's layers never import torch, not even inside a function.
 TORCH_FREE = ("study", "output", "cli")
 
@@ -44,7 +49,7 @@ def layer(module: str) -> str:
         return parts[1]
     if parts[1:] in (["cli"], ["__main__"]):
         return "cli"
-    return "api" if module == "autotune" else "values"
+    return "api" if module in PUBLIC_API else "values"
 
 
 def imports(path: Path, name: str | None = None) -> list[tuple[str, int, bool]]:
@@ -113,13 +118,15 @@ def test_the_driver_layers_never_import_torch():
     assert wrong == []
 
 
-def test_values_import_neither_torch_nor_optuna_at_module_level():
+def test_values_and_frameworks_import_no_heavy_package_at_module_level():
+    """Both run in the driver too: torch, optuna and the frameworks load inside functions."""
+    heavy = ("torch", "optuna", "transformers", "lightning", "pytorch_lightning")
     wrong = [
         f"{path.relative_to(ROOT)}:{line} imports {target}"
         for name, path in MODULES.items()
-        if layer(name) == "values"
+        if layer(name) in ("values", "frameworks", "api")
         for target, line, top in imports(path)
-        if top and target.split(".")[0] in ("torch", "optuna")
+        if top and target.split(".")[0] in heavy
     ]
     assert wrong == []
 

@@ -12,7 +12,7 @@ import torch
 from conftest import ROOT
 
 from autotune import Config, SpaceError, WorkloadError
-from autotune.adapters import load as load_workload
+from autotune.frameworks.adapters import load as load_workload
 from autotune.space_file import parse_space, with_workload_baseline
 from autotune.trial.apply import apply_workload
 

@@ -1,4 +1,4 @@
-"""Write the recommended config for people and trainer_args.
+"""Write the recommended config for people and trainers.
 
 ``best_config.yaml`` (written by :func:`autotune.results.write_best_config`) holds the
 config, the evidence and the machine it was measured on.
@@ -6,7 +6,7 @@ config, the evidence and the machine it was measured on.
 :func:`autotune.load_config`), as Hugging Face ``TrainingArguments`` or Lightning
 ``Trainer``/``DataLoader`` keyword arguments (a Python snippet), or as a shell fragment.
 Knobs a target cannot express are listed in the output, never dropped (see
-:mod:`autotune.trainer_args`).
+:mod:`autotune.frameworks.mapping`).
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from typing import Any
 
 import yaml
 
-from .. import trainer_args
 from ..config import Config
 from ..credentials import redact_url
 from ..errors import AutotuneError, yaml_problem
+from ..frameworks import mapping
 from ..knobs import KNOBS
 from ..planned import Projection
 from ..results import machine_line, recommendation
@@ -72,7 +72,7 @@ def _py_dict(name: str, d: Mapping[str, Any]) -> list[str]:
     return [f"{name} = {{", *(f"    {k!r}: {v!r}," for k, v in d.items()), "}"]
 
 
-def _unmapped(mapped: trainer_args.Mapped, prefix: str = "# ") -> list[str]:
+def _unmapped(mapped: mapping.Mapped, prefix: str = "# ") -> list[str]:
     lines = []
     if mapped.no_equivalent:
         lines.append(f"{prefix}No equivalent in {mapped.target} (set these in your code):")
@@ -82,7 +82,7 @@ def _unmapped(mapped: trainer_args.Mapped, prefix: str = "# ") -> list[str]:
 
 
 def _hf(values: dict[str, Any], device: str | None = None, blocks: Sequence[str] = ()) -> list[str]:
-    mapped = trainer_args.hf_training_arguments(values, device, blocks)
+    mapped = mapping.hf_training_arguments(values, device, blocks)
     return [
         "# Hugging Face transformers.TrainingArguments keyword arguments",
         *_py_dict("training_args_kwargs", mapped.kwargs["TrainingArguments"]),
@@ -92,7 +92,7 @@ def _hf(values: dict[str, Any], device: str | None = None, blocks: Sequence[str]
 
 
 def _lightning(values: dict[str, Any], blocks: Sequence[str] = ()) -> list[str]:
-    mapped = trainer_args.lightning_kwargs(values, blocks)
+    mapped = mapping.lightning_kwargs(values, blocks)
     strategy = next((k for k in mapped.kwargs if k.endswith("Strategy")), None)
     lines = ["# Lightning Trainer and DataLoader keyword arguments"]
     if strategy is not None:
@@ -118,15 +118,15 @@ def _lightning(values: dict[str, Any], blocks: Sequence[str] = ()) -> list[str]:
 def _env(
     values: dict[str, Any], device: str | None = None, blocks: Sequence[str] = ()
 ) -> list[str]:
-    env, mapped = trainer_args.shell_fragment(values, device, blocks)
+    env, mapped = mapping.shell_fragment(values, device, blocks)
     flags = " ".join(
-        shlex.quote(a) for a in trainer_args.hf_cli_args(mapped.kwargs["TrainingArguments"])
+        shlex.quote(a) for a in mapping.hf_cli_args(mapped.kwargs["TrainingArguments"])
     )
     fsdp = mapped.kwargs["TrainingArguments"].get("fsdp_config")
     files = []
     if fsdp is not None:  # HfArgumentParser reads fsdp_config from a file
         blob = shlex.quote(json.dumps(fsdp))
-        files = [f"printf '%s\\n' {blob} > {trainer_args.FSDP_CONFIG_FILE}"]
+        files = [f"printf '%s\\n' {blob} > {mapping.FSDP_CONFIG_FILE}"]
     return [
         "# every knob, for your own script (os.environ['AUTOTUNE_BATCH_SIZE'] ...)",
         *env,
@@ -190,9 +190,9 @@ def _torch(
             "# DataLoader(dataset, batch_size=..., sampler=DistributedSampler(dataset))",
         ]
     lines += _token_weighting(config, unit)
-    skip = {"world_size", "fsdp", *trainer_args.FSDP_OPTIONS, *trainer_args.DDP_OPTIONS}
+    skip = {"world_size", "fsdp", *mapping.FSDP_OPTIONS, *mapping.DDP_OPTIONS}
     rest = [
-        f"# {k}={v!r}: {trainer_args.PLAIN_PYTORCH.get(k, 'see autotune.apply').format(v=v)}"
+        f"# {k}={v!r}: {mapping.PLAIN_PYTORCH.get(k, 'see autotune.apply').format(v=v)}"
         for k, v in config.to_dict().items()
         if k not in skip and (v != KNOBS[k].default or k == "batch_size")
     ]

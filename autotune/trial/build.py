@@ -11,9 +11,9 @@ from typing import Any
 
 import torch
 
-from .. import adapters
 from ..config import Config
 from ..errors import WorkloadError
+from ..frameworks import adapters
 from ..workload import Workload
 from .apply import Applied, apply_workload, resolve_device, set_threads
 from .guard import init_distributed

@@ -14,9 +14,9 @@ import torch
 from conftest import ROOT
 
 from autotune import Config, config_from_env, export_config, load_config
+from autotune.frameworks.mapping import hf_training_arguments, lightning_kwargs
 from autotune.knobs import KNOBS
 from autotune.output.export import FORMATS, load_best
-from autotune.trainer_args import hf_training_arguments, lightning_kwargs
 
 KNOWN = Config(
     batch_size=64,

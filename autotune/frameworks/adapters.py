@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .workload import Workload, load_workload
+from ..workload import Workload, load_workload
 
 LIGHTNING_MODULES = {
     "lightning.pytorch.core.module.LightningModule",

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .knobs import KNOBS, show
+from ..knobs import KNOBS, show
 
 HF = "transformers.TrainingArguments"
 LIGHTNING = "lightning.pytorch.Trainer / torch.utils.data.DataLoader"
