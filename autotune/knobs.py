@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 AMP_DTYPES = ("fp32", "bf16", "fp16")
@@ -53,6 +53,9 @@ class Capabilities:
     # why packing: isolated would be ("" when Tokens(causal_lm=True, isolated=...))
     context: int = 0  # the model's positions (Tokens.context, a transformers config); 0: unknown
     pack_length: int = 0  # the workload's Tokens.pack_length (0: none declared)
+    # A Trainer or Lightning workload runs its framework's own loop: the knobs that loop
+    # cannot set (knob, or "knob=value" -> why; autotune.frameworks.loop.NativeLoop.refused)
+    framework_refused: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Capabilities:

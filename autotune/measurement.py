@@ -98,8 +98,15 @@ class Measurement:
     import_s: float | None = None
     device_init_s: float | None = None
     build_s: float | None = None
+    # A framework trial (Trainer.train(), Trainer.fit()): the framework's own set-up, from
+    # the call until its first step (building the Trainer, its accelerator, optimizer and
+    # loader), apart from build_s (the user's factory that made the Trainer)
+    framework_setup_s: float | None = None
     exit_s: float | None = None
     launcher: str | None = None  # how the process started: "fork" (warm launcher) or "spawn"
+    # whose loop ran the steps: "transformers" (Trainer.train()), "lightning"
+    # (Trainer.fit()); None: autotune's own
+    loop: str | None = None
     peak_mem_bytes: int | None = None
     mem_kind: str = ""
     peak_allocated_bytes: int | None = None
@@ -136,6 +143,11 @@ class Measurement:
             "imports": self.import_s,
             "device": self.device_init_s or 0.0,
             "build": self.build_s or 0.0,
+            **(
+                {"framework set-up": self.framework_setup_s}
+                if self.framework_setup_s is not None
+                else {}
+            ),
             "warm-up": max(0.0, (self.warmup_s or 0.0) - compile_s),
             "compile": compile_s,
             # a token workload's untimed step of its longest samples (trial.longest_batch)
@@ -149,7 +161,8 @@ class Measurement:
 
     @property
     def fixed_s(self) -> float | None:
-        """The run's fixed cost: process start, imports, device, build, result and exit.
+        """The run's fixed cost: process start, imports, device, build, a framework's
+        set-up, result and exit.
         Not in it: warm-up, compile, the longest-batch step, the timed window, and the
         time no phase claims (``other`` in :meth:`time_split`), so it never overstates
         the fixed cost."""

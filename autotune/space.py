@@ -304,6 +304,22 @@ class Space:
         blob = json.dumps(data, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
+    def framework_refusals(self, caps: Capabilities) -> list[str]:
+        """One line per searched or baseline value the workload's framework loop
+        (a Trainer's, a Lightning pair's) cannot set, naming the knob and why."""
+        lines = [
+            f"{self.source}: knobs.{name}: {show(value)} cannot apply: {why}"
+            for name, values in self.knobs.items()
+            for value in values
+            if (why := _refused_by(caps, name, value))
+        ]
+        lines += [
+            f"{self.source}: baseline.{name}: {show(value)} cannot apply: {why}"
+            for name, value in self.baseline.to_dict().items()
+            if name not in self.knobs and (why := _refused_by(caps, name, value))
+        ]
+        return lines
+
     def restrict(self, caps: Capabilities) -> tuple[Space, list[str]]:
         """Drop the values that cannot run with ``caps``; return the new space and notes.
 
@@ -317,6 +333,7 @@ class Space:
             for value in values
             if (reason := KNOBS[name].mistake(caps, value))
         ]
+        mistakes += self.framework_refusals(caps)
         if mistakes:
             raise SpaceError(mistakes)
         notes: list[str] = []
@@ -330,6 +347,15 @@ class Space:
             fixed = {name: (KNOBS[name].default,) for name in never}
             space = replace(space, knobs={**space.knobs, **fixed})
         return space, notes
+
+
+def _refused_by(caps: Capabilities, name: str, value: Any) -> str | None:
+    """Why the workload's framework loop cannot set knob ``name`` to ``value``."""
+    refused = caps.framework_refused
+    why = refused.get(f"{name}={show(value)}")
+    if why is None and value != KNOBS[name].default:
+        why = refused.get(name)
+    return why
 
 
 def _supported(name: str, values: tuple[Any, ...], caps: Capabilities, notes: list[str]):

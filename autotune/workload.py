@@ -158,6 +158,10 @@ class Workload:
         baseline: knob values the user's own training setup already uses (a
             ``transformers.Trainer``'s ``TrainingArguments``, a Lightning DataModule's
             loader): the study's baseline, under what the space file's ``baseline:`` sets.
+        native: the framework's own loop over the user's objects
+            (:class:`autotune.frameworks.loop.NativeLoop`, set by the Trainer and
+            Lightning adapters): trials and ``autotune verify`` run it instead of
+            autotune's loop, so what they measure is what the user's trainer delivers.
     """
 
     model: Callable[[], Any]
@@ -173,6 +177,7 @@ class Workload:
     name: str = "workload"
     baseline: Mapping[str, Any] | None = None
     framework: str | None = None
+    native: Any = None
 
     def __post_init__(self) -> None:
         self._check_modules()

@@ -26,6 +26,8 @@ from typing import Any
 
 from ..errors import WorkloadError
 from ..workload import Tokens, Workload
+from .hf_loop import trainer_loop
+from .mapping import hf_apply
 
 
 def model_loss(model: Any, batch: Any) -> Any:
@@ -158,6 +160,7 @@ def from_trainer(trainer: Any) -> Workload:
         name=f"Trainer({type(model).__name__})",
         framework="transformers",
         baseline=trainer_baseline(args),
+        native=trainer_loop(trainer),
     )
 
 
@@ -290,30 +293,4 @@ def apply(trainer: Any, config: Any, *, warn: bool = True) -> Any:
         trainer: a ``transformers.Trainer`` or ``transformers.TrainingArguments``.
         config: an :class:`autotune.Config` or a mapping of knob values.
     """
-    import dataclasses
-    import warnings
-
-    from ..config import Config
-    from .mapping import hf_training_arguments
-
-    args = getattr(trainer, "args", trainer)
-    values = config.to_dict() if isinstance(config, Config) else dict(config)
-    mapped = hf_training_arguments(values, args.device.type)  # no tf32 on a CPU
-    kwargs = dict(mapped.kwargs["TrainingArguments"])
-    kwargs.pop("use_cpu", None)  # where the trainer runs stays the user's choice
-    if kwargs.get("torch_compile") and "torch_compile_mode" not in kwargs:
-        kwargs["torch_compile_mode"] = None  # the default mode, not the one args had
-    if not kwargs["dataloader_num_workers"]:  # refused without workers
-        kwargs.update(dataloader_prefetch_factor=None, dataloader_persistent_workers=False)
-    if values.get("length_grouping", "off") == "off" and hasattr(args, "train_sampling_strategy"):
-        if args.train_sampling_strategy == "group_by_length":
-            kwargs["train_sampling_strategy"] = "random"
-    if hasattr(args, "group_by_length") and "train_sampling_strategy" in kwargs:
-        kwargs["group_by_length"] = kwargs.pop("train_sampling_strategy") == "group_by_length"
-    if hasattr(args, "activation_checkpointing"):  # transformers 5: the old name is an
-        # alias read only while the new one is unset, which built arguments never are
-        kwargs["activation_checkpointing"] = kwargs.pop("gradient_checkpointing")
-    if mapped.no_equivalent and warn:
-        listed = "; ".join(f"{k}={v}" for k, v in mapped.no_equivalent.items())
-        warnings.warn(f"autotune.hf.apply: set by hand: {listed}", UserWarning, stacklevel=2)
-    return dataclasses.replace(args, **kwargs)
+    return hf_apply(trainer, config, warn=warn, stacklevel=3)

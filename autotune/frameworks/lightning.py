@@ -66,6 +66,8 @@ def from_trainer(pair: tuple[Any, ...]) -> Workload:
     if collate is torch.utils.data.default_collate:
         collate = None
     step = TrainingStep(module)
+    from .lightning_loop import pair_loop
+
     return Workload(
         model=lambda: step,
         dataset=lambda: dataset,
@@ -76,6 +78,7 @@ def from_trainer(pair: tuple[Any, ...]) -> Workload:
         name=f"LightningModule({type(module).__name__})",
         framework="lightning",
         baseline=loader_baseline(loader),
+        native=pair_loop(module, data, loader),
     )
 
 

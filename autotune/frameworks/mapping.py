@@ -409,3 +409,36 @@ def hf_cli_args(kwargs: Mapping[str, Any]) -> list[str]:
     for name, value in kwargs.items():
         out += [f"--{name}", FSDP_CONFIG_FILE if name == "fsdp_config" else str(value)]
     return out
+
+
+def hf_apply(trainer: Any, config: Any, *, warn: bool = True, stacklevel: int = 2) -> Any:
+    """New ``TrainingArguments``: ``trainer``'s (or the ``TrainingArguments`` given) with
+    ``config``'s values set (:func:`autotune.hf.apply`, and each Trainer trial's)."""
+    import dataclasses
+    import warnings
+
+    from ..config import Config
+
+    args = getattr(trainer, "args", trainer)
+    values = config.to_dict() if isinstance(config, Config) else dict(config)
+    mapped = hf_training_arguments(values, args.device.type)  # no tf32 on a CPU
+    kwargs = dict(mapped.kwargs["TrainingArguments"])
+    kwargs.pop("use_cpu", None)  # where the trainer runs stays the user's choice
+    if kwargs.get("torch_compile") and "torch_compile_mode" not in kwargs:
+        kwargs["torch_compile_mode"] = None  # the default mode, not the one args had
+    if not kwargs["dataloader_num_workers"]:  # refused without workers
+        kwargs.update(dataloader_prefetch_factor=None, dataloader_persistent_workers=False)
+    if values.get("length_grouping", "off") == "off" and hasattr(args, "train_sampling_strategy"):
+        if args.train_sampling_strategy == "group_by_length":
+            kwargs["train_sampling_strategy"] = "random"
+    if hasattr(args, "group_by_length") and "train_sampling_strategy" in kwargs:
+        kwargs["group_by_length"] = kwargs.pop("train_sampling_strategy") == "group_by_length"
+    if hasattr(args, "activation_checkpointing"):  # transformers 5: the old name is an
+        # alias read only while the new one is unset, which built arguments never are
+        kwargs["activation_checkpointing"] = kwargs.pop("gradient_checkpointing")
+    if mapped.no_equivalent and warn:
+        listed = "; ".join(f"{k}={v}" for k, v in mapped.no_equivalent.items())
+        warnings.warn(
+            f"autotune.hf.apply: set by hand: {listed}", UserWarning, stacklevel=stacklevel
+        )
+    return dataclasses.replace(args, **kwargs)

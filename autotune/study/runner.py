@@ -21,6 +21,7 @@ from typing import Any
 
 from ..config import Config
 from ..errors import WorkloadError
+from ..knobs import Capabilities
 from ..measurement import FAILED, OOM, PRUNED, SPAWNED_AT, STACKS_SIGNAL, TIMEOUT, Measurement
 from ..mfu import peak_keys
 from ..space import Space
@@ -274,7 +275,12 @@ def check(space: Space, folder: Path) -> dict[str, Any]:
     """
     sizes = space.knobs.get("batch_size", (space.baseline.batch_size,))
     spec = {**_base_spec(space), "mode": "check", "device": "cpu", "batch_size": min(sizes)}
-    return run_child(spec, folder, space.trial.timeout_s)
+    result = run_child(spec, folder, space.trial.timeout_s)
+    refused = result.get("facts", {}).get("framework_refused")
+    if result.get("status") == "ok" and refused:  # knobs a Trainer's own loop cannot set
+        caps = Capabilities(device="cpu", framework_refused=refused)
+        result["problems"] = [*result["problems"], *space.framework_refusals(caps)]
+    return result
 
 
 def run_trial(

@@ -29,6 +29,19 @@ def load(spec: dict[str, Any]) -> Workload:
 
 
 @dataclass
+class Prepared:
+    """A trial's config, device and workload before the config is applied: what both
+    autotune's loop (:func:`build`) and a framework's own loop (:mod:`.native`) start from."""
+
+    config: Config
+    trial: dict[str, Any]
+    device: torch.device
+    workload: Workload
+    device_init_s: float = 0.0  # the device's set-up (a CUDA context)
+    build_s: float = 0.0  # the workload's build: the user's factory, the adapter
+
+
+@dataclass
 class Built:
     """A trial's workload with the config applied, as both trial and profile modes run it."""
 
@@ -42,17 +55,15 @@ class Built:
     device_init_s: float = 0.0  # the device's set-up (a CUDA context) within the build
 
 
-def build(spec: dict[str, Any]) -> Built:
-    """Seed, build the workload and apply the config: the same code path as ``autotune.apply``."""
+def prepare(spec: dict[str, Any]) -> Prepared:
+    """Threads, device and seed as the config says, then the workload loaded."""
     config = Config.from_dict(spec["config"])
     set_threads(config)  # before the workload: the inter-op pool is sized only once
-    trial = spec["trial"]
     t = time.perf_counter()
     device = init_distributed(resolve_device(spec.get("device", "auto")))
     if device.type == "cuda":  # the context, apart from the workload's build
         torch.zeros(1, device=device)
     device_init_s = time.perf_counter() - t
-    seed = int(trial.get("seed", 0))
     workload = load(spec)
     if config.compile_mode != "off":
         # Hitting the recompile limit fails the trial (recorded with the reason) instead
@@ -60,9 +71,18 @@ def build(spec: dict[str, Any]) -> Built:
         from torch._dynamo import config as dynamo_config
 
         dynamo_config.fail_on_recompile_limit_hit = True
+    build_s = time.perf_counter() - t - device_init_s
+    return Prepared(config, spec["trial"], device, workload, device_init_s, build_s)
+
+
+def build(spec: dict[str, Any], prepared: Prepared | None = None) -> Built:
+    """Seed, build the workload and apply the config: the same code path as ``autotune.apply``."""
+    p = prepared or prepare(spec)
+    config, workload = p.config, p.workload
+    seed = int(p.trial.get("seed", 0))
     lengths = _stored_lengths(spec) if workload.tokens is not None else None
     applied = apply_workload(
-        config, workload, device=device, seed=seed, endless=True, lengths=lengths
+        config, workload, device=p.device, seed=seed, endless=True, lengths=lengths
     )
     if lengths is not None and len(lengths) != len(applied.loader.dataset):
         raise WorkloadError(
@@ -71,7 +91,7 @@ def build(spec: dict[str, Any]) -> Built:
         )
     lengths = lengths or getattr(applied.loader.sampler, "lengths", None)  # found for grouping
     return Built(
-        config, trial, device, workload, applied, iter(applied.loader), lengths, device_init_s
+        config, p.trial, p.device, workload, applied, iter(applied.loader), lengths, p.device_init_s
     )
 
 
@@ -159,4 +179,15 @@ def applied_settings(applied: Applied) -> dict[str, Any]:
             "num_threads": torch.get_num_threads(),
             "interop_threads": torch.get_num_interop_threads(),
         },
+    }
+
+
+def native_settings(prepared: Prepared) -> dict[str, Any]:
+    """What a framework trial ran: the config, the device and the framework whose own
+    loop ran it (``result.json``'s ``applied``, as :func:`applied_settings` for autotune's
+    loop)."""
+    return {
+        "config": prepared.config.to_dict(),
+        "device": str(prepared.device),
+        "loop": prepared.workload.native.framework,
     }

@@ -267,6 +267,8 @@ def check(spec: dict[str, Any]) -> dict[str, Any]:
     batch_size = int(spec.get("batch_size", 1))
     workload = load(spec)  # a WorkloadError is the trial's failure reason: one line
     found = Check()
+    if workload.native is not None:  # what the framework's own loop cannot set
+        found.facts["framework_refused"] = dict(workload.native.refused)
     for name in ARGUMENTS:
         fn = getattr(workload, name)
         problem = arity_problem(name, fn) if fn is not None else None

@@ -41,7 +41,7 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
     workload, applied, batches = built.workload, built.applied, built.batches
     startup_s = time.perf_counter() - started
     reset_peak_memory(device)
-    compiles = _Compiles(config.compile_mode != "off")
+    compiles = Compiles(config.compile_mode != "off")
 
     losses: list[torch.Tensor] = []
     warmup = StepClock(device)
@@ -70,7 +70,7 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
     waited_before = applied.data_wait_s
     counted = counts_tokens(workload)
     before_window = compiles.spent_s()
-    progress = _Progress(
+    progress = Progress(
         progress_path if RANK == 0 else None,
         warmup.window_s,
         before_window if compiles.enabled else (None if config.jit != "off" else 0.0),
@@ -160,7 +160,7 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
         measured_steps=steps,
         window_s=window_s,
         warmup_s=warmup_s,
-        compile_s=_compile_s(
+        compile_s=compile_seconds(
             compiles, config, warmup_s, int(trial["warmup_steps"]), window_s / steps
         ),
         startup_s=startup_s,
@@ -296,8 +296,8 @@ def window_rates(
     return samples_per_s, None
 
 
-def _compile_s(
-    compiles: _Compiles, config: Config, warmup_s: float, warmup_steps: int, step_s: float
+def compile_seconds(
+    compiles: Compiles, config: Config, warmup_s: float, warmup_steps: int, step_s: float
 ) -> float | None:
     """Seconds spent compiling: torch.compile's own counters (every compile of the trial,
     recompiles in the window included); for TorchScript the warm-up's excess over
@@ -324,7 +324,7 @@ def _longest_batch_step(built: Built) -> int:
     return int(ids.shape[-1]) if isinstance(ids, torch.Tensor) else max(lengths[i] for i in indices)
 
 
-class _Compiles:
+class Compiles:
     """Graphs torch.compile built, and those (and the time) after the first step:
     recompiles for new shapes, read from dynamo's own counters."""
 
@@ -387,7 +387,7 @@ def write_json(path: Path, payload: dict) -> None:
     os.replace(tmp, path)
 
 
-class _Progress:
+class Progress:
     """Tells the driver how the measured window is going, so it can stop a hopeless trial.
 
     Written at most every ``every_s`` seconds; never forces a device sync.

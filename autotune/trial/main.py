@@ -21,7 +21,7 @@ import torch
 from ..config import Config
 from ..errors import AutotuneError, first_line
 from ..measurement import FAILED, OK, OOM, Measurement
-from .build import applied_settings, build
+from .build import applied_settings, build, native_settings, prepare
 from .compile import describe_compile_failure
 from .guard import RANK, WORLD
 from .loop import measure, write_json
@@ -38,9 +38,18 @@ def is_oom(exc: BaseException) -> bool:
 
 
 def run_trial(spec: dict[str, Any], started: float) -> dict[str, Any]:
-    """Build, warm up, measure; the payload of ``result.json``. Exceptions propagate."""
+    """Build, warm up, measure; the payload of ``result.json``. Exceptions propagate.
+
+    A workload from a Trainer or a Lightning pair runs the framework's own loop
+    (:mod:`.native`); any other, autotune's."""
     t = time.perf_counter()
-    built = build(spec)
+    prepared = prepare(spec)
+    if prepared.workload.native is not None:
+        from .native import measure_native
+
+        m = measure_native(prepared, spec.get("progress_path"), started=started)
+        return {**m.to_dict(), "applied": native_settings(prepared)}
+    built = build(spec, prepared)
     build_s = time.perf_counter() - t - built.device_init_s
     m = measure(built, spec.get("progress_path"), started=started)
     m = m.replace(device_init_s=built.device_init_s, build_s=build_s)
@@ -66,7 +75,15 @@ def run_mode(spec: dict[str, Any], started: float) -> dict[str, Any]:
 
 
 def failure_reason(exc: BaseException, spec: dict[str, Any]) -> str:
-    """One readable line: what failed, naming the knob when a compiler or kernel choice did."""
+    """One readable line: what failed, naming the knob when a compiler or kernel choice
+    did, and the framework's frame when its own loop ran the trial (``in Trainer.fit(),
+    lightning/...py:514 in log: ...``)."""
+    reason = _failure(exc, spec)
+    where = getattr(exc, "autotune_where", None)
+    return f"in {where}: {reason}" if where else reason
+
+
+def _failure(exc: BaseException, spec: dict[str, Any]) -> str:
     text = first_line(exc)
     if isinstance(exc, AutotuneError):
         return text

@@ -219,6 +219,8 @@ def capabilities(device: torch.device, workload: Workload, dataset: Any) -> dict
         "isolated_undeclared": workload.isolated_undeclared or "",
         "context": model_context(model, workload),
         "pack_length": (workload.tokens.pack_length or 0) if workload.tokens else 0,
+        # a Trainer's or Lightning pair's own loop runs the trials: what it cannot set
+        "framework_refused": dict(workload.native.refused) if workload.native else {},
     }
 
 

@@ -94,6 +94,8 @@ def run(spec: dict[str, Any], started: float) -> dict[str, Any]:
     """
     config = Config.from_dict(spec["config"])
     workload = load(spec)
+    if workload.native is not None:  # a Trainer's or Lightning pair's own loop
+        return run_native(spec, started, config, workload)
     endless = bool(spec.get("endless", False))
     applied = autotune.apply_workload(
         config,
@@ -151,6 +153,44 @@ def run(spec: dict[str, Any], started: float) -> dict[str, Any]:
     if bad is not None:
         payload.update(status=NAN, reason=f"loss is {values[bad]} at step {bad}")
     return payload
+
+
+def run_native(
+    spec: dict[str, Any], started: float, config: Config, workload: Any
+) -> dict[str, Any]:
+    """The verify run of a workload from a Trainer or a Lightning pair: the framework's
+    own loop (``Trainer.train()``, ``Trainer.fit()``), its sampler and epochs included,
+    timed as a trial is (:func:`autotune.trial.native.measure_native`)."""
+    from .apply import resolve_device, set_threads
+    from .build import Prepared
+    from .native import measure_native
+
+    set_threads(config)
+    device = resolve_device(spec.get("device", "auto"))
+    warmup_steps, steps = int(spec["warmup_steps"]), int(spec["steps"])
+    trial = {"warmup_steps": warmup_steps, "measured_steps": steps}
+    m = measure_native(Prepared(config, trial, device, workload), started=started)
+    return {
+        "status": m.status,
+        "reason": m.reason,
+        "unit": m.unit,
+        "samples_per_s": m.samples_per_s,
+        "tokens_per_s": m.tokens_per_s,
+        "samples_per_step": m.samples_per_step,
+        "tokens_per_step": m.tokens_per_step,
+        "steps": steps,
+        "window_s": m.window_s,
+        "warmup_steps": warmup_steps,
+        "warmup_s": m.warmup_s,
+        "startup_s": m.startup_s,
+        "epochs": None,
+        "device": str(device),
+        "loop": m.loop,
+        "final_loss": m.losses[-1] if m.losses else None,
+        "step_time_median_s": m.step_time_median_s,
+        "step_time_cv": m.step_time_cv,
+        "step_time_iqr_s": m.step_time_iqr_s,
+    }
 
 
 def main(argv: list[str], *, started: float) -> None:

@@ -1,0 +1,216 @@
+"""A trial in the framework's own loop: ``Trainer.train()`` or ``Trainer.fit()``, timed.
+
+A workload from a ``transformers.Trainer`` or a Lightning pair carries its framework's
+loop (:class:`autotune.frameworks.loop.NativeLoop`). The trial sets the process-wide
+knobs as a training script would, runs the loop for the warm-up plus the measured steps,
+and times it from the hooks: the window runs from the end of the last warm-up step to the
+end of the last measured step, so it holds everything the framework does per step
+(its sampler, collation, clipping, scheduler, callbacks, logging). Samples and real
+tokens are counted in the batches the framework hands the model; the step's loss is the
+framework's own sum of its micro-batches' losses. Memory, the accuracy guard, pruning on
+progress and compile counters work as in autotune's loop (:mod:`.loop`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from ..errors import WorkloadError
+from ..frameworks.loop import framework_frame
+from ..measurement import NAN, OK, TOKENS, Measurement
+from .apply import sdpa_backend
+from .build import Prepared
+from .clock import StepClock, peak_memory, reset_peak_memory, spread
+from .loop import Compiles, Progress, compile_seconds, counts_tokens, window_rates
+from .tokens import count_batch
+
+
+def process_settings(config: Any, device: torch.device) -> contextlib.AbstractContextManager:
+    """The knobs a script sets for its whole run (threads were set before the workload
+    was built): the fp32 matmul precision, cuDNN's autotuner, and the SDPA kernel as a
+    context around the run."""
+    torch.set_float32_matmul_precision(config.matmul_precision)
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = config.cudnn_benchmark
+    if config.sdpa_backend == "auto":
+        return contextlib.nullcontext()
+    from torch.nn.attention import sdpa_kernel
+
+    return sdpa_kernel(sdpa_backend(config.sdpa_backend))
+
+
+def batch_samples(batch: Any) -> int:
+    """The samples in a batch: the first dimension of its first tensor."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else 1
+    values = batch.values() if isinstance(batch, Mapping) else batch
+    if isinstance(values, (list, tuple)) or isinstance(batch, Mapping):
+        for value in values:
+            if isinstance(value, torch.Tensor) and value.dim():
+                return int(value.shape[0])
+            if isinstance(value, (list, tuple, Mapping)):
+                return batch_samples(value)
+    raise WorkloadError(f"cannot count the samples of a {type(batch).__name__} batch")
+
+
+class Window:
+    """The :class:`~autotune.frameworks.loop.Hooks` a framework loop reports to: warm-up,
+    then the timed window, with the counts, losses and memory of the window's steps."""
+
+    def __init__(self, prepared: Prepared, progress_path: str | None, counted: bool) -> None:
+        self.config, self.device = prepared.config, prepared.device
+        self.count_tokens = prepared.workload.count_tokens
+        self.warmup_steps = int(prepared.trial["warmup_steps"])
+        self.measured_steps = int(prepared.trial["measured_steps"])
+        self.counted = counted
+        self.progress_path = progress_path
+        self.compiles = Compiles(self.config.compile_mode != "off")
+        self.called = time.perf_counter()
+        self.begun: float | None = None
+        self.warmup = StepClock(self.device)
+        self.clock = StepClock(self.device)
+        self.progress: Progress | None = None
+        self.steps = 0
+        self.step_losses: list[Any] = []
+        self.losses: list[torch.Tensor] = []
+        self.samples = self.real = self.positions = 0
+        self.waited_s = 0.0
+        self.last_event = 0.0
+        self.compile_before_window = 0.0
+        self.peak: dict[str, Any] = {}
+
+    @property
+    def timing(self) -> bool:
+        """Whether the window is open: after the warm-up, before the last measured step."""
+        return self.warmup_steps <= self.steps < self.warmup_steps + self.measured_steps
+
+    def begin(self) -> None:
+        self.begun = time.perf_counter()
+        self.warmup.start()
+        if self.warmup_steps == 0:
+            self._open()
+
+    def batch(self, batch: Any) -> None:
+        now = time.perf_counter()
+        if not self.timing:
+            return
+        self.waited_s += now - self.last_event  # loading, collation and the loop's own work
+        self.samples += batch_samples(batch)
+        if self.counted:
+            self._count(batch)
+
+    def _count(self, batch: Any) -> None:
+        counted = count_batch(batch)
+        if self.count_tokens is not None:
+            real = int(self.count_tokens(batch))
+            self.real += real
+            self.positions += counted[1] if counted else real
+        elif counted is not None:
+            self.real += counted[0]
+            self.positions += counted[1]
+
+    def loss(self, value: Any) -> None:
+        self.step_losses.append(value.detach().float().reshape(()))
+        self.last_event = time.perf_counter()
+
+    def step_end(self) -> None:
+        if self.step_losses:
+            self.losses.append(torch.stack(self.step_losses).sum())
+        self.step_losses = []
+        self.steps += 1
+        if self.steps == 1:
+            self.compiles.first_step_done()
+        if self.steps == self.warmup_steps:
+            self.warmup.stop()
+            self._open()
+        elif self.steps > self.warmup_steps and self.progress is not None:
+            self.clock.mark()
+            self.progress.update(self.clock)
+            if self.steps == self.warmup_steps + self.measured_steps:
+                self.clock.stop()
+                self.peak = peak_memory(self.device)
+        self.last_event = time.perf_counter()
+
+    def _open(self) -> None:
+        """Open the timed window."""
+        if self.warmup_steps == 0:
+            self.warmup.stop()
+        reset_peak_memory(self.device)
+        self.compile_before_window = self.compiles.spent_s()
+        enabled = self.compiles.enabled
+        self.progress = Progress(
+            self.progress_path,
+            self.warmup.window_s,
+            self.compile_before_window if enabled else 0.0,
+            self.config.global_batch,
+            (lambda: self.real) if self.counted else None,
+            (lambda: self.compiles.spent_s() - self.compile_before_window) if enabled else None,
+        )
+        self.clock.start()
+        self.last_event = time.perf_counter()
+
+
+def measure_native(
+    prepared: Prepared, progress_path: str | None = None, *, started: float
+) -> Measurement:
+    """Run the workload's framework loop for the trial's steps and measure its window."""
+    workload, config, device = prepared.workload, prepared.config, prepared.device
+    loop = workload.native
+    counted = counts_tokens(workload)
+    window = Window(prepared, progress_path, counted)
+    total = window.warmup_steps + window.measured_steps
+    startup_s = time.perf_counter() - started
+    try:
+        with process_settings(config, device):
+            loop.train(config, device, total, window)
+    except Exception as exc:  # the reason names where in the framework it failed
+        frame = framework_frame(exc, loop.framework)
+        exc.autotune_where = f"{loop.entry}, {frame}" if frame else loop.entry  # type: ignore[attr-defined]
+        raise
+    if window.steps < total or window.begun is None:
+        raise WorkloadError(
+            f"the {loop.framework} loop stopped after {window.steps} of {total} steps "
+            "(too few batches for the trial's steps?)"
+        )
+    steps, window_s = window.measured_steps, window.clock.window_s
+    recompile_s = window.compiles.spent_s() - window.compile_before_window
+    if 0.0 < recompile_s < window_s:  # a new shape's compile: a one-off, like the first
+        window_s -= recompile_s
+    samples_per_s, tokens_per_s = window_rates(workload, window.samples, window.real, window_s)
+    values = [float(x) for x in torch.stack(window.losses).tolist()] if window.losses else []
+    step_s = window_s / steps if steps else 0.0
+    m = Measurement(
+        status=OK,
+        samples_per_s=samples_per_s,
+        tokens_per_s=tokens_per_s,
+        samples_per_step=config.global_batch,
+        unit=TOKENS if workload.tokens is not None else "samples",
+        tokens_per_step=window.real / steps if counted and steps else None,
+        padding_share=1 - window.real / window.positions if window.positions else None,
+        data_share=min(1.0, window.waited_s / window_s) if window_s > 0 else None,
+        measured_steps=steps,
+        window_s=window_s,
+        warmup_s=window.warmup.window_s,
+        compile_s=compile_seconds(
+            window.compiles, config, window.warmup.window_s, window.warmup_steps, step_s
+        ),
+        startup_s=startup_s,
+        device_init_s=prepared.device_init_s,
+        build_s=prepared.build_s,
+        framework_setup_s=window.begun - window.called,
+        loop=loop.framework,
+        losses=values,
+        **window.compiles.summary(),
+        **(spread(window.clock.step_times_s()) if steps else {}),
+        **window.peak,
+    )
+    if not all(math.isfinite(x) for x in values):
+        first = next(i for i, x in enumerate(values) if not math.isfinite(x))
+        return m.replace(status=NAN, reason=f"loss is {values[first]} at step {first}")
+    return m
