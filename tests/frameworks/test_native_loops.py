@@ -1,0 +1,171 @@
+"""Trials of a Trainer or a Lightning pair run the framework's own loop: ``Trainer.train()``
+and ``Trainer.fit()`` with the exported arguments, timed at its optimizer steps."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, run_cli
+
+from autotune.config import Config
+from autotune.knobs import Capabilities
+from autotune.space_file import load_space
+from autotune.study.runner import run_trial
+
+pytest.importorskip("transformers")
+pytest.importorskip("datasets")
+
+TRAINERS = Path(__file__).parent / "trainers.py"
+WARMUP, MEASURED = 2, 4
+
+
+def _space(tmp_path: Path, function: str, args: dict, knobs: str = "{}") -> Path:
+    path = tmp_path / "space.yaml"
+    path.write_text(
+        textwrap.dedent(f"""
+        workload: {TRAINERS}:{function}
+        workload_args: {json.dumps(args)}
+        knobs: {knobs}
+        trial: {{warmup_steps: {WARMUP}, measured_steps: {MEASURED}, timeout_s: 180}}
+        """)
+    )
+    return path
+
+
+def _trial(tmp_path: Path, function: str, args: dict, **values):
+    """One trial of the workload ``function`` returns, at its own baseline and ``values``."""
+    space = load_space(_space(tmp_path, function, args))
+    baseline = {"batch_size": 16, "accumulation_steps": 2}
+    if function == "make_pair":
+        baseline = {"batch_size": 64, "accumulation_steps": 1}
+    config = Config.from_dict({**space.baseline.to_dict(), **baseline, **values})
+    return run_trial(space, config, tmp_path / f"trial-{len(list(tmp_path.iterdir()))}")
+
+
+def test_a_trainer_trial_times_the_trainers_own_steps_with_clipping_and_its_schedule(tmp_path):
+    record = tmp_path / "record.json"
+    m = _trial(tmp_path, "make_trainer", {"record": str(record), "max_grad_norm": 0.01})
+    assert m.ok, m.reason
+    assert m.loop == "transformers"
+    seen = json.loads(record.read_text())
+    # the user's callback saw every step of the run, and the window is its last MEASURED
+    assert seen["steps"] == WARMUP + MEASURED
+    assert m.measured_steps == MEASURED and len(m.losses) == WARMUP + MEASURED
+    # the Trainer's gradient clipping ran before each optimizer step ...
+    assert max(seen["norms"]) <= 0.01 * 1.001
+    # ... and its linear schedule decayed the rate step by step to zero at max_steps
+    lrs = seen["lrs"]
+    assert all(a > b for a, b in zip(lrs, lrs[1:], strict=False)) and lrs[-1] == 0.0
+    assert m.samples_per_step == 32 and m.unit == "tokens" and m.tokens_per_s > 0
+    parts, _ = m.time_split()
+    assert parts["framework set-up"] > 0 and parts["build"] > 0
+
+
+def test_the_steps_loss_is_the_mean_whatever_the_split(tmp_path):
+    """A sequence classifier's Trainer sums its micro-batches' means (transformers 5):
+    the trial's loss per step is the mean, so splits compare for the accuracy guard."""
+    split = _trial(tmp_path, "make_trainer", {"n": 192})
+    whole = _trial(tmp_path, "make_trainer", {"n": 192}, batch_size=32, accumulation_steps=1)
+    assert split.ok and whole.ok, (split.reason, whole.reason)
+    assert split.losses[0] == pytest.approx(whole.losses[0], rel=0.02)
+    assert split.losses[0] == pytest.approx(0.693, rel=0.1)  # two classes, random init
+
+
+def _hf_padding(steps: range, **trainer_args) -> float:
+    """The padding share of ``steps`` optimizer steps as HF's own train loader batches
+    them (its sampler, the same seed), built in this process."""
+    import trainers
+    import transformers
+
+    trainer = trainers.make_trainer(**trainer_args)
+    transformers.set_seed(trainer.args.seed)
+    loader = trainer.get_train_dataloader()
+    batches = iter(loader)
+    per_step = trainer.args.gradient_accumulation_steps
+    real = positions = 0
+    for step in range(steps.stop):
+        for _ in range(per_step):
+            mask = next(batches)["attention_mask"]
+            if step in steps:
+                real, positions = real + int(mask.sum()), positions + mask.numel()
+    return 1 - real / positions
+
+
+def test_a_grouped_trial_pads_as_hfs_own_sampler_does(tmp_path):
+    sys.path.insert(0, str(TRAINERS.parent))
+    args = {"n": 512, "group_by_length": True}
+    m = _trial(tmp_path, "make_trainer", args, length_grouping="grouped")
+    assert m.ok, m.reason
+    expected = _hf_padding(range(WARMUP, WARMUP + MEASURED), **args)
+    assert m.padding_share == pytest.approx(expected, abs=1e-9)
+    # and it is not the padding of the random order
+    shuffled = _hf_padding(range(WARMUP, WARMUP + MEASURED), n=512)
+    assert abs(shuffled - expected) > 0.05
+
+
+def test_a_trainer_whose_train_fails_is_a_failed_trial_naming_the_frames(tmp_path):
+    m = _trial(tmp_path, "make_trainer", {"fail": True})
+    assert m.status == "failed"
+    assert m.reason.startswith("in Trainer.train(), transformers/trainer")
+    assert "the user's callback broke" in m.reason
+
+
+def test_a_lightning_trial_runs_fit_with_the_exported_arguments(tmp_path):
+    pytest.importorskip("lightning")
+    record = tmp_path / "record.json"
+    whole = _trial(tmp_path, "make_pair", {"record": str(record)})
+    assert whole.ok, whole.reason
+    assert whole.loop == "lightning"
+    assert json.loads(record.read_text()) == {"steps": WARMUP + MEASURED, "batches": 6}
+    split = _trial(
+        tmp_path, "make_pair", {"record": str(record)}, batch_size=32, accumulation_steps=2
+    )
+    # accumulate_grad_batches=2: twice the batches, the same steps and the same mean loss
+    assert json.loads(record.read_text()) == {"steps": WARMUP + MEASURED, "batches": 12}
+    assert split.losses[0] == pytest.approx(whole.losses[0], rel=1e-4)
+    assert split.measured_steps == MEASURED and split.samples_per_step == 64
+
+
+def test_a_knob_the_trainer_cannot_set_is_refused_by_validate(tmp_path):
+    space = _space(tmp_path, "make_trainer", {"n": 64}, "{jit: ['off', script]}")
+    out = run_cli("validate", str(space), cwd=tmp_path, timeout=300)
+    assert out.returncode == 1
+    lines = [line for line in out.stderr.splitlines() if "knobs.jit" in line]
+    assert lines == [
+        f"autotune: error: {space}: knobs.jit: script cannot apply: the Trainer's loop has "
+        "no setting for it (TrainingArguments has no such field)"
+    ]
+
+
+def test_the_space_refuses_what_the_framework_loop_cannot_set_and_nothing_else():
+    space = load_space(ROOT / "search_spaces" / "hf_trainer.yaml")
+    refused = {"jit": "no", "world_size": "one process", "optimizer_impl=foreach": "no"}
+    caps = Capabilities(device="cpu", framework_refused=refused)
+    assert space.framework_refusals(caps) == []  # its knobs are all the Trainer's
+    searched = space.__class__(
+        **{**space.__dict__, "knobs": {**space.knobs, "optimizer_impl": ("default", "fused")}}
+    )
+    assert searched.framework_refusals(caps) == []  # fused is a TrainingArguments value
+    searched = space.__class__(
+        **{**space.__dict__, "knobs": {**space.knobs, "optimizer_impl": ("default", "foreach")}}
+    )
+    assert [line.split(": ", 1)[1] for line in searched.framework_refusals(caps)] == [
+        "knobs.optimizer_impl: foreach cannot apply: no"
+    ]
+
+
+def test_autotune_hf_and_lightning_work_after_a_plain_import():
+    code = (
+        "import autotune, transformers\n"
+        "args = transformers.TrainingArguments(output_dir='x', report_to='none')\n"
+        "new = autotune.hf.apply(args, {'batch_size': 4, 'accumulation_steps': 8})\n"
+        "print(new.per_device_train_batch_size, new.gradient_accumulation_steps, "
+        "callable(autotune.lightning.from_trainer))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.split() == ["4", "8", "True"], out.stderr
