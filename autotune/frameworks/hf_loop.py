@@ -57,7 +57,7 @@ def trainer_loop(trainer: Any) -> NativeLoop:
 def train(trainer: Any, config: Any, device: Any, steps: int, hooks: Hooks) -> None:
     """``Trainer.train()`` of a new Trainer like ``trainer`` for ``steps`` optimizer steps
     with ``config``, reporting to ``hooks``."""
-    args = trial_arguments(hf_apply(trainer, config, warn=False), device, steps)
+    args = hf_apply(trainer, config, warn=False, also=trial_arguments(device, steps))
     model = trainer.model
     if config.channels_last:
         import torch
@@ -72,12 +72,11 @@ def train(trainer: Any, config: Any, device: Any, steps: int, hooks: Hooks) -> N
     ).train()
 
 
-def trial_arguments(args: Any, device: Any, steps: int) -> Any:
-    """``args`` for a trial of ``steps`` optimizer steps on ``device``: nothing saved,
-    evaluated or reported (not training speed, and it must not outlive the trial)."""
-    import dataclasses
-
-    changes = {
+def trial_arguments(device: Any, steps: int) -> dict[str, Any]:
+    """The ``TrainingArguments`` fields of a trial of ``steps`` optimizer steps on
+    ``device``: nothing saved, evaluated or reported (not training speed, and it must
+    not outlive the trial)."""
+    return {
         "max_steps": steps,
         "use_cpu": device.type == "cpu",
         "save_strategy": "no",
@@ -86,7 +85,6 @@ def trial_arguments(args: Any, device: Any, steps: int) -> Any:
         "push_to_hub": False,
         "report_to": "none",
     }
-    return dataclasses.replace(args, **{k: v for k, v in changes.items() if hasattr(args, k)})
 
 
 def rebuild(trainer: Any, model: Any, args: Any, collator: Any, hooks: Hooks) -> Any:

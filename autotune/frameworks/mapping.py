@@ -411,9 +411,18 @@ def hf_cli_args(kwargs: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def hf_apply(trainer: Any, config: Any, *, warn: bool = True, stacklevel: int = 2) -> Any:
+def hf_apply(
+    trainer: Any,
+    config: Any,
+    *,
+    warn: bool = True,
+    stacklevel: int = 2,
+    also: Mapping[str, Any] | None = None,
+) -> Any:
     """New ``TrainingArguments``: ``trainer``'s (or the ``TrainingArguments`` given) with
-    ``config``'s values set (:func:`autotune.hf.apply`, and each Trainer trial's)."""
+    ``config``'s values set (:func:`autotune.hf.apply`, and each Trainer trial's), and the
+    fields ``also`` names (in the same step: the arguments check themselves when built,
+    so ``bf16=True`` on the CPU needs ``use_cpu=True`` with it)."""
     import dataclasses
     import warnings
 
@@ -441,4 +450,5 @@ def hf_apply(trainer: Any, config: Any, *, warn: bool = True, stacklevel: int = 
         warnings.warn(
             f"autotune.hf.apply: set by hand: {listed}", UserWarning, stacklevel=stacklevel
         )
-    return dataclasses.replace(args, **kwargs)
+    kwargs.update(also or {})
+    return dataclasses.replace(args, **{k: v for k, v in kwargs.items() if hasattr(args, k)})

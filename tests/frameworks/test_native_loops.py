@@ -76,6 +76,12 @@ def test_the_steps_loss_is_the_mean_whatever_the_split(tmp_path):
     assert split.losses[0] == pytest.approx(0.693, rel=0.1)  # two classes, random init
 
 
+def test_a_bf16_trainer_trial_runs_where_the_trainer_runs(tmp_path):
+    """bf16=True on the CPU is valid only with use_cpu=True in the same arguments."""
+    m = _trial(tmp_path, "make_trainer", {"n": 128}, amp_dtype="bf16")
+    assert m.ok, m.reason
+
+
 def _hf_padding(steps: range, **trainer_args) -> float:
     """The padding share of ``steps`` optimizer steps as HF's own train loader batches
     them (its sampler, the same seed), built in this process."""
