@@ -276,3 +276,20 @@ def test_the_process_groups_cpu_time_counts_a_busy_process():
         pass
     assert telemetry.cpu_seconds(pgid) - before >= 0.25
     assert telemetry.cpu_seconds(-7) is None  # no such group
+
+
+def test_a_cpu_trial_reports_its_cpu_use_and_on_this_machine_why_no_energy(write_space, tmp_path):
+    from autotune import Config, load_space
+    from autotune.study.runner import run_trial
+
+    space = load_space(
+        write_space("workload: {workloads}:tiny\ntrial: {warmup_steps: 1, measured_steps: 3}\n")
+    )
+    m = run_trial(space, Config(batch_size=8, num_workers=1), tmp_path / "t")
+    assert m.ok and m.telemetry_samples is None  # no GPU: no NVML sampling
+    assert 0 < m.cpu_util_cores <= os.cpu_count() + 0.5  # the trial and its worker
+    if telemetry.rapl_joules()[0]:  # a machine whose RAPL counters this user can read
+        assert m.energy_source == "rapl" and m.joules_per_sample > 0
+    else:
+        assert m.energy_j is None and m.joules_per_sample is None and m.throttled is None
+        assert m.telemetry_missing == [f"energy: {telemetry.rapl_joules()[1]}"]
