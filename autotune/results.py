@@ -668,6 +668,11 @@ def recommendation(result: TuneResult) -> dict[str, Any]:
         measured["longest_batch_tokens"] = m.longest_batch_tokens
     if m.recompiles is not None:
         measured["recompiles"] = m.recompiles
+    if m.gpu_proc_mem_max_bytes is not None:  # NVML's figure of the process: what was judged
+        measured["gpu_proc_mem_max_bytes"] = m.gpu_proc_mem_max_bytes
+    for name in ("energy_source", "joules_per_sample", "joules_per_token", "throttled"):
+        if getattr(m, name) is not None:
+            measured[name] = getattr(m, name)
     if base is not None:
         measured["baseline_trial"] = base.number
         measured["baseline_objective"] = round(base.value, 3)
