@@ -202,7 +202,9 @@ def _gpu_energy(samples: list[Sample]) -> dict[str, Any]:
     if span <= 0:
         return {}
     if first.energy_mj is not None and last.energy_mj is not None:
-        if last.energy_mj >= first.energy_mj:  # not reset (driver reload) in between
+        # not reset (a driver reload) in between, and ticked: a counter that updates
+        # coarsely reads 0 over a window shorter than its period
+        if last.energy_mj > first.energy_mj:
             joules = (last.energy_mj - first.energy_mj) / 1000.0
             return {"energy_j": joules, "energy_s": span, "energy_source": "nvml counter"}
     powered = [s for s in samples if s.power_w is not None]

@@ -141,13 +141,15 @@ def test_without_the_counter_energy_is_power_integrated_over_time():
     assert fields["telemetry_missing"] == ["energy: not supported by this GPU"]
 
 
-def test_a_counter_that_went_back_is_not_trusted():
+def test_a_counter_that_went_back_or_did_not_tick_is_not_trusted():
     samples = [
         Sample(t=0.0, energy_mj=9_000, power_w=50.0),
         Sample(t=2.0, energy_mj=10, power_w=50.0),
     ]
     fields = gpu_fields(samples, {})
     assert fields["energy_source"] == "power x time" and fields["energy_j"] == pytest.approx(100.0)
+    still = [Sample(t=0.0, energy_mj=10, power_w=50.0), Sample(t=0.5, energy_mj=10, power_w=50.0)]
+    assert gpu_fields(still, {})["energy_j"] == pytest.approx(25.0)  # the counter did not tick
 
 
 def test_a_throttle_reason_in_any_sample_flags_the_window_and_idle_does_not():
