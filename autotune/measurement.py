@@ -116,6 +116,35 @@ class Measurement:
     losses: list[float] = field(default_factory=list)
     wall_s: float | None = None
     pruned_saved_s: float | None = None  # measured time a pruned trial did not spend
+    # What the GPU and the host did in the timed window (autotune.trial.telemetry,
+    # docs/energy.md); None where not read. NVML, on a GPU: this process's device memory
+    # (CUDA context, workspaces and NCCL buffers included) and the device's, SM and memory
+    # utilisation, power: median and max over samples; the SM clock's median and min.
+    gpu_proc_mem_median_bytes: int | None = None
+    gpu_proc_mem_max_bytes: int | None = None
+    gpu_mem_used_median_bytes: int | None = None
+    gpu_mem_used_max_bytes: int | None = None
+    sm_util_median_pct: float | None = None
+    sm_util_max_pct: float | None = None
+    mem_util_median_pct: float | None = None
+    mem_util_max_pct: float | None = None
+    power_median_w: float | None = None
+    power_max_w: float | None = None
+    sm_clock_median_mhz: float | None = None
+    sm_clock_min_mhz: float | None = None
+    throttled: list[str] | None = None  # throttle reasons seen ([]: none; None: not read)
+    throttled_share: float | None = None  # of the samples, those with a throttle reason
+    # The training device's energy over energy_s (the window, bracketed by the first and
+    # last reading): "nvml counter", "power x time" or (a CPU trial) "rapl", the packages'.
+    energy_j: float | None = None
+    energy_s: float | None = None
+    energy_source: str | None = None
+    joules_per_sample: float | None = None  # the window's mean power over samples/s
+    joules_per_token: float | None = None  # ... over real tokens/s
+    cpu_energy_j: float | None = None  # a GPU trial's CPU packages (RAPL), where readable
+    cpu_util_cores: float | None = None  # the process group's CPU time over the window
+    telemetry_samples: int | None = None  # NVML readings in the window
+    telemetry_missing: list[str] = field(default_factory=list)  # "figure: why not read"
 
     @property
     def ok(self) -> bool:
@@ -125,6 +154,22 @@ class Measurement:
     def rate(self) -> float | None:
         """The throughput the objective counts: real tokens/s or samples/s (see ``unit``)."""
         return self.tokens_per_s if self.unit == TOKENS else self.samples_per_s
+
+    @property
+    def judged_mem_bytes(self) -> int | None:
+        """The memory the limit judges: the larger of the peak (``peak_mem_bytes``: the
+        caching allocator's reserved bytes on CUDA) and NVML's figure of this process on
+        the device (the CUDA context, cuBLAS workspaces and NCCL buffers included, which
+        the allocator does not see), where NVML gave one. NVML's is sampled, so a peak
+        between two samples can escape it: the allocator's exact peak is kept as a floor."""
+        figures = [x for x in (self.peak_mem_bytes, self.gpu_proc_mem_max_bytes) if x]
+        return max(figures) if figures else self.peak_mem_bytes
+
+    @property
+    def unit_per_joule(self) -> float | None:
+        """Samples (real tokens for a token workload) per joule of the training device."""
+        joules = self.joules_per_token if self.unit == TOKENS else self.joules_per_sample
+        return 1.0 / joules if joules else None
 
     @property
     def per_step(self) -> float | None:

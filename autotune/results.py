@@ -346,7 +346,7 @@ class TuneResult:
     @property
     def headroom_bytes(self) -> int | None:
         """Memory budget left unused by the recommended config."""
-        peak = self.best.measurement.peak_mem_bytes if self.best else None
+        peak = self.best.measurement.judged_mem_bytes if self.best else None
         if peak is None or self.memory_budget_bytes is None:
             return None
         return self.memory_budget_bytes - peak
@@ -528,8 +528,12 @@ _MEDIANS = (
     "step_time_cv",
     "step_time_iqr_s",
     "window_s",
+    "joules_per_sample",
+    "joules_per_token",
+    "sm_util_median_pct",
+    "power_median_w",
 )
-_PEAKS = ("peak_mem_bytes", "peak_allocated_bytes", "peak_longest_bytes")
+_PEAKS = ("peak_mem_bytes", "peak_allocated_bytes", "peak_longest_bytes", "gpu_proc_mem_max_bytes")
 
 
 def aggregate(runs: list[Measurement], first: Measurement) -> Measurement:
@@ -545,6 +549,9 @@ def aggregate(runs: list[Measurement], first: Measurement) -> Measurement:
         values = [getattr(m, name) for m in runs if getattr(m, name) is not None]
         if values:
             changes[name] = max(values)
+    throttled = [m.throttled for m in runs if m.throttled is not None]
+    if throttled:  # a config that throttled in any run is flagged
+        changes["throttled"] = sorted({r for reasons in throttled for r in reasons})
     base = next((m for m in runs if m.ok), runs[0]) if runs else first
     cold = {"compile_s": first.compile_s, "compile_cache": first.compile_cache}
     return base.replace(**changes, **cold)
@@ -661,6 +668,11 @@ def recommendation(result: TuneResult) -> dict[str, Any]:
         measured["longest_batch_tokens"] = m.longest_batch_tokens
     if m.recompiles is not None:
         measured["recompiles"] = m.recompiles
+    if m.gpu_proc_mem_max_bytes is not None:  # NVML's figure of the process: what was judged
+        measured["gpu_proc_mem_max_bytes"] = m.gpu_proc_mem_max_bytes
+    for name in ("energy_source", "joules_per_sample", "joules_per_token", "throttled"):
+        if getattr(m, name) is not None:
+            measured[name] = getattr(m, name)
     if base is not None:
         measured["baseline_trial"] = base.number
         measured["baseline_objective"] = round(base.value, 3)

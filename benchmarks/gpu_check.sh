@@ -6,7 +6,7 @@
 #     bash benchmarks/gpu_check.sh fetch
 # then on the lent GPU machine, in one call of the device tool:
 #     run(command="bash benchmarks/gpu_check.sh", carry=[".whl"], timeout_s=600)
-# The steps are capped at 210 s (cuda tests) + 60 s (exports) + 270 s (study) + 30 s, so
+# The steps are capped at 210 s (cuda tests) + 60 s (exports) + 270 s (study) + 60 s, so
 # the call fits a 15-minute device budget with the machine's start; a capped study keeps
 # what it stored.
 #
@@ -72,4 +72,8 @@ study_rc=${PIPESTATUS[0]}
 echo "study: exit $study_rc in $(( $(date +%s) - start )) s" | tee -a "$out/summary.txt"
 cp /tmp/gpu-check-runs/gpu_check/best_config.yaml "$out/" 2>/dev/null
 timeout 30 python3 -m autotune show benchmarks/spaces/gpu_check.yaml > "$out/show.txt" 2>&1
+# NVML's figures of each trial's window: device memory, utilisation, power, energy per
+# sample, clocks and throttling (docs/energy.md)
+timeout 30 python3 benchmarks/nvml_figures.py benchmarks/spaces/gpu_check.yaml 2>&1 \
+    | tee "$out/nvml.txt"
 [[ $tests_rc == 0 && $export_rc == 0 && $study_rc == 0 ]]

@@ -182,3 +182,17 @@ def test_a_knob_is_judged_by_the_median_of_its_rounds_not_its_best_or_worst_roun
     # A real gain with one disturbed round: its median is 1.04, above 1 + min_gain.
     assert proven_gain((1.04, 1.05, 0.90), 0.03)
     assert Contribution("pin_memory", True, False, (1.04, 1.05, 0.90), min_gain=0.03).kept
+
+
+def test_aggregate_keeps_the_largest_device_memory_and_any_throttle_of_the_runs():
+    from autotune.results import aggregate
+
+    runs = [
+        Measurement(
+            status="ok", samples_per_s=s, joules_per_sample=j, throttled=t, gpu_proc_mem_max_bytes=b
+        )
+        for s, j, t, b in [(10.0, 3.0, [], 5), (12.0, 2.0, ["sw_thermal"], 7), (11.0, 4.0, [], 6)]
+    ]
+    m = aggregate(runs, runs[0])
+    assert m.throttled == ["sw_thermal"] and m.gpu_proc_mem_max_bytes == 7
+    assert m.joules_per_sample == 3.0 and m.samples_per_s == 11.0

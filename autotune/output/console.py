@@ -17,7 +17,16 @@ from ..results import REPEAT, TrialRecord, TuneResult
 from ..study.reporter import Reporter
 from ..study.scoring import PREDICTED_OVER_MEMORY
 from .advice import Evidence, advice
-from .facts import ERROR, WARNING, compile_cell, fmt_bytes, rate_text, summary_facts
+from .facts import (
+    ERROR,
+    WARNING,
+    compile_cell,
+    energy_text,
+    memory_cell,
+    rate_text,
+    summary_facts,
+    throttle_text,
+)
 from .report import Report
 
 
@@ -81,10 +90,12 @@ class ConsoleReporter(Reporter):
         else:
             head = f"trial {done}{of}"
         role = f"screen {record.move}" if record.move else record.role
+        m = record.measurement
+        extra = "".join(f" | {x}" for x in (energy_text(m), throttle_text(m)) if x)
         self.console.print(
             f"{self.prefix}{head} #{record.number} {escape(f'[{role}]')} "
             f"{record.config.short()} | "
-            f"{rate_text(record.measurement)}{self._mfu(record)} | {status} | {best_text}"
+            f"{rate_text(m)}{self._mfu(record)}{escape(extra)} | {status} | {best_text}"
         )
 
 
@@ -104,7 +115,11 @@ def summary_table(result: TuneResult, plain: bool = False) -> Table:
     columns = ["#", "role", "config", "status", rate, "vs baseline", result.memory_label]
     columns += ["padding"] if tokens else []
     columns += [LABEL] if result.mfu_shown else []
+    energy = any(energy_text(t.measurement) for t in result.trials)
+    throttled = any(t.measurement.throttled is not None for t in result.trials)
     columns += ["compile s", "step cv"]
+    columns += ["energy"] if energy else []
+    columns += ["throttled"] if throttled else []
     paired = any(t.ratios for t in result.trials)
     for col in columns:
         table.add_column(col, justify="right" if col in ("#", rate) else "left")
@@ -119,7 +134,7 @@ def summary_table(result: TuneResult, plain: bool = False) -> Table:
             (f"{t.value:,.1f}" + (f" (x{t.runs})" if t.runs > 1 else "")) if m.rate else "-",
             _vs_baseline(t, result)
             + (f" ({min(t.ratios):.2f}-{max(t.ratios):.2f})" if paired and t.ratios else ""),
-            fmt_bytes(m.peak_mem_bytes),
+            memory_cell(m),
         ]
         if tokens:
             row.append(f"{m.padding_share:.0%}" if m.padding_share is not None else "-")
@@ -127,6 +142,8 @@ def summary_table(result: TuneResult, plain: bool = False) -> Table:
             found = result.mfu(t)
             row.append(found.text() if found else "-")
         row += [compile_cell(t), f"{m.step_time_cv:.1%}" if m.step_time_cv is not None else "-"]
+        row += [energy_text(m) or "-"] if energy else []
+        row += [", ".join(m.throttled or []) or "-"] if throttled else []
         table.add_row(*row)
     return table
 

@@ -246,6 +246,59 @@ def _mfu_facts(result: TuneResult) -> list[Fact]:
     return facts
 
 
+def memory_cell(m: Measurement) -> str:
+    """A table's memory cell: the peak, and where NVML gave the process's figure and it
+    is larger (the memory judged), that figure: ``7.0 GiB (NVML 9.0 GiB)``."""
+    text = fmt_bytes(m.peak_mem_bytes)
+    if m.gpu_proc_mem_max_bytes is not None:
+        text += f" (NVML {fmt_bytes(m.gpu_proc_mem_max_bytes)})"
+    return text
+
+
+def energy_text(m: Measurement) -> str | None:
+    """``3.2 J/sample (0.31 samples/J)``: the training device's energy per unit of the
+    objective and its inverse; ``None`` where no energy was measured."""
+    per = m.joules_per_token if m.unit == TOKENS else m.joules_per_sample
+    if not per:
+        return None
+    unit = "token" if m.unit == TOKENS else "sample"
+    return f"{per:.3g} J/{unit} ({m.unit_per_joule:.3g} {unit}s/J)"
+
+
+def throttle_text(m: Measurement) -> str | None:
+    """``throttled: sw_power_cap`` where a throttle reason was seen in the window."""
+    return f"throttled: {', '.join(m.throttled)}" if m.throttled else None
+
+
+def energy_facts(result: TuneResult) -> list[Fact]:
+    """The recommendation's and the baseline's energy per unit, the throttled configs, or
+    (once) why energy is not available on this machine."""
+    why = result.environment.get("energy_unavailable")
+    best, base = result.best, result.baseline
+    facts = []
+    texts = [(r, energy_text(r.measurement)) for r in (best, base) if r is not None]
+    if any(text for _, text in texts):
+        shown = [f"#{r.number} {text or '-'}" for r, text in texts if r is not None]
+        source = (best or base).measurement.energy_source
+        facts.append(Fact("energy", f"energy ({source})", " · baseline ".join(shown)))
+    elif why:
+        facts.append(Fact("energy", "energy", f"not available here: {why}"))
+    throttled = [t for t in result.trials if t.measurement.throttled]
+    if throttled:
+        numbers = ", ".join(f"#{t.number}" for t in throttled)
+        reasons = sorted({r for t in throttled for r in t.measurement.throttled})
+        facts.append(
+            Fact(
+                "throttled",
+                "throttled",
+                f"the GPU slowed its clock during the window of {numbers} "
+                f"({', '.join(reasons)}): their figures are noisier",
+                WARNING,
+            )
+        )
+    return facts
+
+
 def summary_facts(result: TuneResult) -> list[Fact]:
     """Everything the summary says about a study, in reading order."""
     facts: list[Fact] = []
@@ -321,6 +374,7 @@ def summary_facts(result: TuneResult) -> list[Fact]:
             )
         )
     facts += _mfu_facts(result)
+    facts += energy_facts(result)
     projection = result.projection
     if projection is not None:
         facts.append(Fact("planned_run", projection.label, projection.text()))
@@ -332,6 +386,9 @@ def summary_facts(result: TuneResult) -> list[Fact]:
             f"peak {memory} of a {fmt_bytes(result.memory_budget_bytes)} budget "
             f"(headroom {fmt_bytes(result.headroom_bytes)})"
         )
+    if m.gpu_proc_mem_max_bytes is not None:  # what the limit judged beside the peak
+        memory += f"; NVML: {fmt_bytes(m.gpu_proc_mem_max_bytes)} on the device for the process"
+        memory += f" ({fmt_bytes(m.judged_mem_bytes)} judged)"
     if best.config.world_size > 1:
         memory += f" (the largest of its {best.config.world_size} processes' peaks)"
     facts.append(Fact("memory", "memory", memory))

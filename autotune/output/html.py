@@ -11,10 +11,19 @@ from pathlib import Path
 from typing import Any
 
 from ..knobs import KNOBS
+from ..measurement import TOKENS, Measurement
 from ..mfu import percent
 from ..results import DUPLICATE, TrialRecord, TuneResult
 from .advice import Evidence, advice
-from .facts import ERROR, compile_cell, contribution_text, fmt_bytes, summary_facts
+from .facts import (
+    ERROR,
+    compile_cell,
+    contribution_text,
+    energy_text,
+    memory_cell,
+    summary_facts,
+    throttle_text,
+)
 
 PHASE_COLOURS = {
     "data": "#e4572e",
@@ -57,7 +66,44 @@ def trial_data(t: TrialRecord, result: TuneResult) -> dict[str, Any]:
         "mfu": found.mfu if found else None,  # of the measured peak of "mfu_peak"
         "mfu_peak": found.peak if found else None,
         "model_flops_per_s": found.flops_per_s if found else None,
+        **telemetry_data(m),
     }
+
+
+# The window's telemetry (autotune.trial.telemetry) as a report shows it: present only
+# where measured.
+TELEMETRY = (
+    "judged_mem_bytes",
+    "gpu_proc_mem_max_bytes",
+    "gpu_mem_used_max_bytes",
+    "sm_util_median_pct",
+    "mem_util_median_pct",
+    "power_median_w",
+    "power_max_w",
+    "sm_clock_median_mhz",
+    "sm_clock_min_mhz",
+    "energy_j",
+    "energy_s",
+    "energy_source",
+    "joules_per_sample",
+    "joules_per_token",
+    "cpu_energy_j",
+    "cpu_util_cores",
+    "throttled",
+    "throttled_share",
+)
+
+
+def telemetry_data(m: Measurement) -> dict[str, Any]:
+    """A trial's telemetry figures that were measured, with samples (or tokens) per
+    joule; the allocator's peak is ``peak_mem_bytes``, what the limit judged
+    ``judged_mem_bytes`` (shown only where NVML's figure of the process is)."""
+    out = {k: getattr(m, k) for k in TELEMETRY if getattr(m, k) is not None}
+    if m.gpu_proc_mem_max_bytes is None:
+        out.pop("judged_mem_bytes", None)
+    if m.unit_per_joule is not None:
+        out[f"{'tokens' if m.unit == TOKENS else 'samples'}_per_joule"] = m.unit_per_joule
+    return out
 
 
 _CSS = """
@@ -242,10 +288,14 @@ def _mfu_cell(d: dict[str, Any]) -> str:
 
 
 def _trials_html(result: TuneResult) -> str:
+    energy = any(energy_text(t.measurement) for t in result.trials)
     head = (
         f"<tr><th>#</th><th>role</th><th>config</th><th>status</th><th>{result.unit}/s</th>"
         f"<th>vs baseline</th><th>{result.memory_label}</th><th>compile s</th><th>step cv</th>"
-        "<th>loss dev.</th>" + ("<th>MFU</th>" if result.mfu_shown else "") + "</tr>"
+        "<th>loss dev.</th>"
+        + ("<th>MFU</th>" if result.mfu_shown else "")
+        + ("<th>energy</th>" if energy else "")
+        + "</tr>"
     )
     rows = []
     for t in result.trials:
@@ -255,16 +305,19 @@ def _trials_html(result: TuneResult) -> str:
         best = result.best is not None and t.number == result.best.number
         cls = "best" if best else ("" if t.feasible else "bad")
         status = t.status if t.feasible else f"{t.status}: {t.reason}"
+        if t.measurement.throttled:
+            status += f" ({throttle_text(t.measurement)})"
         rows.append(
             f"<tr class='{cls}'><td class='num'>{t.number}{' *' if best else ''}</td>"
             f"<td>{_e(t.role)}</td><td><code>{_e(t.config.short())}</code></td>"
             f"<td>{_e(status)}</td><td class='num'>{_num(d['rate'])}</td>"
             f"<td class='num'>{_num(d['speedup'], '.2f')}{'x' if d['speedup'] else ''}</td>"
-            f"<td class='num'>{_e(fmt_bytes(d['peak_mem_bytes']))}</td>"
+            f"<td class='num'>{_e(memory_cell(t.measurement))}</td>"
             f"<td class='num'>{_e(compile_cell(t))}</td>"
             f"<td class='num'>{_num(d['step_time_cv'], '.1%')}</td>"
             f"<td class='num'>{_num(d['loss_deviation'], '.2%')}</td>"
             + (f"<td class='num'>{_e(_mfu_cell(d))}</td>" if result.mfu_shown else "")
+            + (f"<td class='num'>{_e(energy_text(t.measurement) or '-')}</td>" if energy else "")
             + "</tr>"
         )
     return f"<table>{head}{''.join(rows)}</table>"

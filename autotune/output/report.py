@@ -158,6 +158,7 @@ def report_data(result: TuneResult, profiles: dict[int, dict[str, Any]]) -> dict
         "screening": result.screening,
         "knob_time": [c.to_dict() for c in result.knob_costs()],
         "mfu": _mfu_data(result),
+        "energy_unavailable": result.environment.get("energy_unavailable") or None,
         "trials": [trial_data(t, result) for t in result.trials if t.role != DUPLICATE],
         "profiles": {str(n): {**p, "advice": advice(p, evidence)} for n, p in profiles.items()},
     }

@@ -143,9 +143,10 @@ def _points(trials: Iterable[TrialRecord], device: str) -> dict[tuple, list[_Poi
         m = t.measurement
         if m.status == OOM:
             point = _Point(t.number, t.config.batch_size, None, exact=False)
-        elif m.peak_mem_bytes is not None and (t.status in EXACT or m.status == PRUNED):
-            # a pruned run's peak is a lower bound: it stopped before the end
-            point = _Point(t.number, t.config.batch_size, m.peak_mem_bytes, t.status in EXACT)
+        elif m.judged_mem_bytes is not None and (t.status in EXACT or m.status == PRUNED):
+            # what the limit judged (NVML's figure of the process where larger); a pruned
+            # run's is a lower bound: it stopped before the end
+            point = _Point(t.number, t.config.batch_size, m.judged_mem_bytes, t.status in EXACT)
         else:
             continue
         groups.setdefault(memory_key(t.config, device), []).append(point)

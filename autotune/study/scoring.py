@@ -89,20 +89,30 @@ def _memory(m: Measurement, budget: int | None, max_retries: int) -> tuple[float
     """Constraint value (> 0 infeasible) and the reason."""
     if m.status == OOM:
         return 1.0, m.reason
-    if budget is not None and m.peak_mem_bytes is not None and m.peak_mem_bytes > budget:
-        over = (m.peak_mem_bytes - budget) / budget
-        return over, (
-            f"peak memory {m.peak_mem_bytes / 2**20:.0f} MiB exceeds the budget "
-            f"{budget / 2**20:.0f} MiB"
-        )
+    used = m.judged_mem_bytes  # NVML's figure of the process where larger than the peak
+    if budget is not None and used is not None and used > budget:
+        return (
+            used - budget
+        ) / budget, f"{_memory_text(m)} exceeds the budget {budget / 2**20:.0f} MiB"
     if m.alloc_retries is not None and m.alloc_retries > max_retries:
         return float(m.alloc_retries - max_retries), (
             f"the CUDA allocator retried {m.alloc_retries} times (memory pressure; "
             f"limit {max_retries}): likely to OOM later in training"
         )
-    if budget is not None and m.peak_mem_bytes is not None:
-        return (m.peak_mem_bytes - budget) / budget, ""
+    if budget is not None and used is not None:
+        return (used - budget) / budget, ""
     return 0.0, ""
+
+
+def _memory_text(m: Measurement) -> str:
+    """The memory judged, in words: NVML's figure of the process with the allocator's
+    peak beside it, or the peak alone."""
+    if m.judged_mem_bytes != m.peak_mem_bytes:
+        text = f"device memory {m.judged_mem_bytes / 2**20:.0f} MiB (NVML, this process"
+        if m.peak_mem_bytes is None:
+            return text + ")"
+        return text + f"; allocator peak {m.peak_mem_bytes / 2**20:.0f} MiB)"
+    return f"peak memory {m.peak_mem_bytes / 2**20:.0f} MiB"
 
 
 def _mean_tail(losses: list[float], k: int) -> float:

@@ -100,7 +100,7 @@ class Profile:
         space: Space | None = None,
         environment: dict[str, Any] | None = None,
     ) -> Profile:
-        peaks = [p for p in (m.peak_mem_bytes, m.peak_longest_bytes) if p]
+        peaks = [p for p in (m.judged_mem_bytes, m.peak_longest_bytes) if p]
         memory = max(peaks) / memory_budget_bytes if peaks and memory_budget_bytes else None
         split = m.time_split()
         fixed = m.fixed_s / split[1] if split and split[1] and m.fixed_s is not None else None

@@ -26,6 +26,7 @@ from .build import Built
 from .clock import StepClock, peak_memory, reset_peak_memory, spread
 from .epoch import EPOCH_STEPS, EpochScale, epoch_scale, epoch_shapes
 from .guard import RANK, WORLD
+from .telemetry import open_window
 from .tokens import dataset_lengths, longest_indices
 
 
@@ -82,6 +83,7 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
     arrivals = _Arrivals(batches, counted=queued_before is not None)
     step_positions = [applied.positions]
     clock = StepClock(device)
+    telemetry = open_window(device)  # NVML, /proc and RAPL over the window: docs/energy.md
     clock.start()
     for _ in range(int(trial["measured_steps"])):
         losses.append(applied.train_step(arrivals))
@@ -89,6 +91,7 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
         step_positions.append(applied.positions)
         progress.update(clock)
     clock.stop()
+    telemetry.close()
     queued_after = ready_batches(batches)
     peaks.append(peak_memory(device))
 
@@ -169,6 +172,7 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
         **compiles.summary(),
         **spread(clock.step_times_s()),
         **memory,
+        **telemetry.fields(samples_per_s, tokens_per_s, WORLD),
     )
     if not all(math.isfinite(x) for x in values):
         first = next(i for i, x in enumerate(values) if not math.isfinite(x))

@@ -30,6 +30,7 @@ from .apply import collate_for, rebuild_optimizer, resolve_device, sdpa_backend,
 from .build import load
 from .flops import model_flops
 from .peak import peak_facts
+from .telemetry import energy_unavailable
 from .tokens import dataset_lengths
 
 _ATTENTION_CALLS = {"scaled_dot_product_attention", "multi_head_attention_forward"}
@@ -289,6 +290,7 @@ def environment(device_type: str) -> dict[str, Any]:
         )
     else:
         env.update(device_name=env["cpu"], device_memory_bytes=env["system_memory_bytes"])
+    env["energy_unavailable"] = energy_unavailable(device_type)  # "" where it can be read
     return env
 
 

@@ -355,3 +355,11 @@ def test_a_resumed_study_refits_from_storage_and_skips_do_not_spend_budget(write
     assert len(calls) == len(set(calls)) == 14  # nothing run twice, skips not counted
     assert not any(_peak(c) > BUDGET for c in again.calls)  # the model came back whole
     assert all(_peak(t.config) > BUDGET for t in result.trials if not t.feasible)
+
+
+def test_the_model_learns_from_nvmls_figure_of_the_process():
+    # The allocator's peaks fit; with the CUDA context NVML sees the config over.
+    m = Measurement(status="ok", peak_mem_bytes=GIB, gpu_proc_mem_max_bytes=2 * GIB)
+    trials = [rec(0, 32, 0.9), TrialRecord(1, Config(batch_size=64), m, 1.0, "search", OVER_MEMORY)]
+    p = predict(trials, batch_size=128)
+    assert p.over and ">= 2048 MiB > budget 1792 MiB" in p.reason(BUDGET)

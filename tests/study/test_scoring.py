@@ -104,3 +104,20 @@ def test_planned_samples_and_tokens_amortise_compile_like_the_equivalent_steps()
     assert rate_objective(
         51_000.0, 90.0, 5000.0, samples, samples_per_step=10, tokens_per_step=5000.0
     ) == pytest.approx(by_steps)
+
+
+def test_the_memory_limit_judges_nvmls_figure_of_the_process_and_names_both():
+    gib = 2**30
+    m = _m(peak_mem_bytes=7 * gib, gpu_proc_mem_max_bytes=9 * gib)  # context, workspaces
+    verdict = judge(m, _space(), memory_budget_bytes=8 * gib)
+    assert verdict.status == "over-memory"
+    assert verdict.reason == (
+        "device memory 9216 MiB (NVML, this process; allocator peak 7168 MiB) "
+        "exceeds the budget 8192 MiB"
+    )
+    assert verdict.constraints["memory"] == pytest.approx(1 / 8)
+    without = judge(m.replace(gpu_proc_mem_max_bytes=None), _space(), memory_budget_bytes=8 * gib)
+    assert without.status == "ok" and without.constraints["memory"] == pytest.approx(-1 / 8)
+    sampled_low = m.replace(gpu_proc_mem_max_bytes=6 * gib, peak_mem_bytes=9 * gib)
+    verdict = judge(sampled_low, _space(), memory_budget_bytes=8 * gib)  # a peak NVML missed
+    assert verdict.reason == "peak memory 9216 MiB exceeds the budget 8192 MiB"

@@ -49,3 +49,9 @@ def test_blocks_to_shard_and_their_classes_are_found():
     mlp, none = _caps(workloads.tiny()), _caps(workloads.no_blocks())
     assert mlp["fsdp"] and mlp["shardable_blocks"] == 2 and mlp["block_types"] == ["Sequential"]
     assert none["shardable_blocks"] == 0 and none["block_types"] == []
+
+
+def test_the_environment_says_whether_energy_can_be_read_here():
+    from autotune.trial import probe, telemetry
+
+    assert probe.environment("cpu")["energy_unavailable"] == telemetry.rapl_joules()[1]

@@ -1,0 +1,104 @@
+"""The window's telemetry in every view: the progress line, the summary table and lines,
+best_config.yaml, report.json and the HTML page show joules per sample (or token),
+samples per joule, NVML's device memory beside the peak, and the throttled flag, where
+they were measured; a study without them shows nothing of them, and a machine that cannot
+read energy says so once."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+from autotune import Config, Measurement, TrialRecord, TuneResult
+from autotune.output.console import ConsoleReporter, print_summary
+from autotune.output.html import render_html
+from autotune.output.report import report_data
+from autotune.results import BASELINE, recommendation
+
+GIB = 2**30
+GPU = {"device": "cuda", "energy_unavailable": ""}
+NO_RAPL = {
+    "device": "cpu",
+    "energy_unavailable": "no /sys/class/powercap (no RAPL on this machine)",
+}
+
+
+def _m(rate, **kw):
+    return Measurement(status="ok", samples_per_s=rate, peak_mem_bytes=7 * GIB, **kw)
+
+
+def _result(environment=GPU, measured=True) -> TuneResult:
+    """Baseline 100 samples/s at 4 J a sample; the recommendation 250 samples/s at 1.2 J,
+    NVML 9 GiB for the process, throttled at the power cap."""
+    tele = [{}, {}]
+    if measured:
+        tele = [
+            {"joules_per_sample": 4.0, "energy_source": "nvml counter", "throttled": []},
+            {
+                "joules_per_sample": 1.25,
+                "energy_source": "nvml counter",
+                "throttled": ["sw_power_cap"],
+                "gpu_proc_mem_max_bytes": 9 * GIB,
+            },
+        ]
+    trials = [
+        TrialRecord(0, Config(batch_size=16), _m(100.0, **tele[0]), 100.0, BASELINE),
+        TrialRecord(1, Config(batch_size=32), _m(250.0, **tele[1]), 250.0),
+    ]
+    return TuneResult.from_trials("s", "memory", trials, environment=environment, global_batch=32)
+
+
+def _terminal(result: TuneResult) -> str:
+    out = io.StringIO()
+    print_summary(result, Console(file=out, width=300, highlight=False))
+    return out.getvalue()
+
+
+def test_every_view_shows_energy_per_sample_and_the_throttle():
+    result = _result()
+    text = _terminal(result)
+    assert (
+        "energy (nvml counter): #1 1.25 J/sample (0.8 samples/J) · baseline #0 4 J/sample" in text
+    )
+    assert "throttled: the GPU slowed its clock during the window of #1 (sw_power_cap)" in text
+    assert "7.0 GiB (NVML 9.0 GiB)" in text  # the table's memory: the peak and NVML's figure
+    assert "NVML: 9.0 GiB on the device for the process (9.0 GiB judged)" in text
+    measured = recommendation(result)["measured"]
+    assert measured["joules_per_sample"] == 1.25 and measured["throttled"] == ["sw_power_cap"]
+    assert measured["gpu_proc_mem_max_bytes"] == 9 * GIB
+    rows = {row["number"]: row for row in report_data(result, {})["trials"]}
+    assert rows[1]["samples_per_joule"] == pytest.approx(0.8)
+    assert rows[1]["judged_mem_bytes"] == 9 * GIB and rows[1]["throttled"] == ["sw_power_cap"]
+    assert "judged_mem_bytes" not in rows[0]  # no NVML figure: only the peak
+    page = render_html(result, {}, {}, [])
+    assert "1.25 J/sample (0.8 samples/J)" in page and "(throttled: sw_power_cap)" in page
+
+
+def test_the_progress_line_shows_energy_and_the_throttle():
+    out = io.StringIO()
+    reporter = ConsoleReporter(Console(file=out, width=300, highlight=False))
+    result = _result()
+    for record in result.trials:
+        reporter.trial(record, result.best, result.baseline, 1, 2)
+    lines = out.getvalue().splitlines()
+    assert "| 4 J/sample (0.25 samples/J) | ok" in lines[0]
+    assert "| 1.25 J/sample (0.8 samples/J) | throttled: sw_power_cap | ok" in lines[1]
+
+
+def test_a_study_without_energy_shows_nothing_of_it():
+    result = _result({"device": "cpu"}, measured=False)  # or stored before the telemetry
+    text = _terminal(result)
+    assert "J/sample" not in text and "energy" not in text and "throttled" not in text
+    assert "joules_per_sample" not in recommendation(result)["measured"]
+    assert "samples_per_joule" not in report_data(result, {})["trials"][0]
+    assert "energy" not in render_html(result, {}, {}, [])
+
+
+def test_a_machine_without_energy_says_so_once():
+    result = _result(NO_RAPL, measured=False)
+    text = _terminal(result)
+    assert text.count("energy: not available here: no /sys/class/powercap") == 1
+    assert text.count("energy") == 1
+    assert report_data(result, {})["energy_unavailable"] == NO_RAPL["energy_unavailable"]
