@@ -50,11 +50,10 @@ def _user_function(ref: str, base: Path):
 
 
 def _train_hf(trainer, config: dict, warmup: int, steps: int) -> dict:
+    import torch
     import transformers
 
     import autotune
-
-    import torch
 
     own = trainer.args  # a user on a machine without a GPU trains with use_cpu=True
     own = own if torch.cuda.is_available() else dataclasses.replace(own, use_cpu=True)

@@ -28,6 +28,7 @@ from .apply import sdpa_backend
 from .build import Prepared
 from .clock import StepClock, peak_memory, reset_peak_memory, spread
 from .loop import Compiles, Progress, compile_seconds, counts_tokens, window_rates
+from .telemetry import open_window
 from .tokens import count_batch
 
 
@@ -84,6 +85,7 @@ class Window:
         self.last_event = 0.0
         self.compile_before_window = 0.0
         self.peak: dict[str, Any] = {}
+        self.telemetry: Any = None
 
     @property
     def timing(self) -> bool:
@@ -134,6 +136,7 @@ class Window:
             self.progress.update(self.clock)
             if self.steps == self.warmup_steps + self.measured_steps:
                 self.clock.stop()
+                self.telemetry.close()
                 self.peak = peak_memory(self.device)
         self.last_event = time.perf_counter()
 
@@ -152,6 +155,7 @@ class Window:
             (lambda: self.real) if self.counted else None,
             (lambda: self.compiles.spent_s() - self.compile_before_window) if enabled else None,
         )
+        self.telemetry = open_window(self.device)  # NVML, /proc, RAPL: docs/energy.md
         self.clock.start()
         self.last_event = time.perf_counter()
 
@@ -208,6 +212,7 @@ def measure_native(
         losses=values,
         **window.compiles.summary(),
         **(spread(window.clock.step_times_s()) if steps else {}),
+        **window.telemetry.fields(samples_per_s, tokens_per_s),
         **window.peak,
     )
     if not all(math.isfinite(x) for x in values):
