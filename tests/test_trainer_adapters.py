@@ -229,3 +229,69 @@ def test_a_stored_study_refuses_a_trainer_whose_arguments_changed(tmp_path):
     tuner.workload_baseline = {"batch_size": 8, "amp_dtype": "fp32"}
     with pytest.raises(SpaceError, match=r"settings changed since study .*\(batch_size 16 -> 8\)"):
         tuner._same_workload_baseline(study)
+
+
+def _causal_lm_trainer(tmp_path, n: int = 64):
+    """A Trainer as a user writes one for a causal LM: a random-init GPT-2 (no dropout),
+    tokenized texts of 4 to 64 words (``hf_trainer``'s word-level tokenizer, nothing
+    downloaded), ``DataCollatorForLanguageModeling(mlm=False)`` padding each batch and
+    labelling every token; SGD at lr=1, so a step's parameter change is its gradient."""
+    transformers = pytest.importorskip("transformers")
+    datasets = pytest.importorskip("datasets")
+    import hf_trainer
+
+    tok = hf_trainer.tokenizer()
+    texts, _ = hf_trainer.sentences(n)
+    ds = datasets.Dataset.from_dict({"text": texts}).map(
+        lambda batch: tok(batch["text"]), batched=True, remove_columns=["text"]
+    )
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(
+        vocab_size=tok.vocab_size,
+        n_layer=1,
+        n_embd=32,
+        n_head=2,
+        n_positions=128,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        pad_token_id=tok.pad_token_id,
+    )
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=8,
+        optim="sgd",
+        learning_rate=1.0,
+        weight_decay=0.0,
+        use_cpu=True,
+        report_to="none",
+    )
+    return transformers.Trainer(
+        model=transformers.GPT2LMHeadModel(config),
+        args=args,
+        train_dataset=ds,
+        data_collator=transformers.DataCollatorForLanguageModeling(tok, mlm=False),
+        processing_class=tok,
+    )
+
+
+def test_a_causal_lm_trainer_weighs_its_micro_batches_by_their_tokens(tmp_path):
+    """A causal LM's labels are one per token (2-d): the Trainer divides the step's loss
+    by its tokens (num_items_in_batch), so autotune's step does, and one optimizer step
+    gives the same gradient whether the step is 8 x 1, 4 x 2 or 2 x 4 micro-batches of
+    different lengths. Weighed per sample, the splits would differ."""
+    import autotune.hf
+
+    grads = []
+    for batch_size, accumulation in ((8, 1), (4, 2), (2, 4)):
+        workload = autotune.hf.from_trainer(_causal_lm_trainer(tmp_path))
+        assert workload.tokens is not None and workload.tokens.loss == "token_mean"
+        config = Config(batch_size=batch_size, accumulation_steps=accumulation)
+        applied = apply_workload(config, workload, device="cpu", endless=True)
+        before = [p.detach().clone() for p in applied.model.parameters()]
+        applied.train_step(iter(applied.loader))
+        after = applied.model.parameters()
+        grads.append(torch.cat([(b - a).flatten() for b, a in zip(before, after, strict=True)]))
+    assert grads[0].abs().sum() > 0
+    for other in grads[1:]:
+        torch.testing.assert_close(other, grads[0], rtol=1e-4, atol=1e-6)
