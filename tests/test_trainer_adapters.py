@@ -4,6 +4,7 @@ random-init models, nothing downloaded)."""
 
 from __future__ import annotations
 
+import itertools
 import sys
 import warnings
 
@@ -295,3 +296,96 @@ def test_a_causal_lm_trainer_weighs_its_micro_batches_by_their_tokens(tmp_path):
     assert grads[0].abs().sum() > 0
     for other in grads[1:]:
         torch.testing.assert_close(other, grads[0], rtol=1e-4, atol=1e-6)
+
+
+def _token_lightning_pair(batch_size: int = 4):
+    """A Lightning pair over token samples, as a user writes one for a language model:
+    dict batches of ``input_ids``, ``attention_mask`` and ``labels`` (-100 on padding),
+    ``training_step`` the mean over the micro-batch's tokens, SGD at lr=1 (a step's
+    parameter change is its gradient). Samples are 3 to 24 tokens long."""
+    pl = pytest.importorskip("lightning.pytorch")
+    from torch.nn import functional as F
+
+    class TinyLM(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(32, 16)
+            self.head = torch.nn.Linear(16, 32)
+
+        def training_step(self, batch, batch_idx):
+            logits = self.head(self.embed(batch["input_ids"]))[:, :-1]
+            return F.cross_entropy(logits.transpose(1, 2), batch["labels"][:, 1:])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=1.0)
+
+    def collate(samples):
+        ids = torch.nn.utils.rnn.pad_sequence([s["input_ids"] for s in samples], True)
+        mask = torch.nn.utils.rnn.pad_sequence([s["attention_mask"] for s in samples], True)
+        return {
+            "input_ids": ids,
+            "attention_mask": mask,
+            "labels": ids.masked_fill(mask == 0, -100),
+        }
+
+    class Texts(pl.LightningDataModule):
+        def setup(self, stage=None):
+            g = torch.Generator().manual_seed(0)
+            lengths = torch.randint(3, 25, (64,), generator=g).tolist()
+            self.samples = [
+                {
+                    "input_ids": torch.randint(1, 32, (n,), generator=g),
+                    "attention_mask": torch.ones(n, dtype=torch.long),
+                }
+                for n in lengths
+            ]
+
+        def train_dataloader(self):
+            return torch.utils.data.DataLoader(
+                self.samples, batch_size=batch_size, shuffle=True, collate_fn=collate
+            )
+
+    torch.manual_seed(0)
+    return pl, TinyLM(), Texts()
+
+
+def test_a_lightning_pair_with_token_batches_steps_as_lightnings_accumulation(tmp_path):
+    """Lightning divides each micro-batch's loss by accumulate_grad_batches: a token
+    pair's micro-batches weigh the same (sample_mean), not by their tokens. One autotune
+    step over two micro-batches changes the parameters as a real Lightning Trainer's
+    step (accumulate_grad_batches=2) over the same two batches."""
+    from autotune.lightning import from_trainer
+
+    _, module, data = _token_lightning_pair()
+    workload = from_trainer((module, data))
+    assert workload.tokens is not None and workload.tokens.loss == "sample_mean"
+    applied = apply_workload(Config(batch_size=4, accumulation_steps=2), workload, device="cpu")
+    batches = list(itertools.islice(iter(applied.loader), 2))
+    lengths = [int(b["attention_mask"].sum()) for b in batches]
+    assert lengths[0] != lengths[1]  # token weights would differ from equal ones
+    before = [p.detach().clone() for p in module.parameters()]
+    applied.train_step(iter(batches))
+    ours = [b - a.detach() for b, a in zip(before, module.parameters(), strict=True)]
+
+    pl, theirs_module, _ = _token_lightning_pair()
+    start = [p.detach().clone() for p in theirs_module.parameters()]
+    for mine, theirs in zip(before, start, strict=True):
+        torch.testing.assert_close(mine, theirs)  # the same initial model
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_steps=1,
+        accumulate_grad_batches=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
+    loader = torch.utils.data.DataLoader(batches, batch_size=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Lightning's advice on workers and logging
+        trainer.fit(theirs_module, train_dataloaders=loader)
+    theirs = [b - a.detach() for b, a in zip(start, theirs_module.parameters(), strict=True)]
+    assert torch.cat([t.flatten() for t in theirs]).abs().sum() > 0
+    for mine, lightning in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(mine, lightning, rtol=1e-4, atol=1e-6)
