@@ -125,9 +125,42 @@ def test_apply_writes_a_config_into_new_training_arguments(tmp_path):
         # transformers 5 reads its deprecated gradient_checkpointing only while the new
         # activation_checkpointing is unset: set on built arguments, it did nothing
         checkpointed = autotune.hf.apply(args, config.replace(gradient_checkpointing=True))
-    assert checkpointed.gradient_checkpointing is True
-    assert getattr(checkpointed, "activation_checkpointing", True) is True
-    assert autotune.hf.apply(checkpointed, config).gradient_checkpointing is False  # and off
+    assert _checkpointing(checkpointed) == dict.fromkeys(_checkpointing(args), True)
+    assert _checkpointing(autotune.hf.apply(checkpointed, config)) == dict.fromkeys(
+        _checkpointing(args), False
+    )  # and off again
+
+
+def _checkpointing(args) -> dict[str, bool]:
+    """The TrainingArguments' checkpointing fields: gradient_checkpointing, and under
+    transformers 5 activation_checkpointing (which the Trainer reads) beside it."""
+    import transformers
+
+    names = ["gradient_checkpointing"]
+    if int(transformers.__version__.split(".")[0]) >= 5:
+        names.append("activation_checkpointing")  # required there: not a getattr default
+    return {name: getattr(args, name) for name in names}
+
+
+@pytest.mark.parametrize("field", ["gradient_checkpointing", "activation_checkpointing"])
+def test_apply_turns_checkpointing_off_and_on_in_every_field(tmp_path, field):
+    """Arguments built with checkpointing on, under either name: a config without it
+    turns every field off, one with it turns every field on again."""
+    transformers = pytest.importorskip("transformers")
+    import autotune.hf
+
+    if field == "activation_checkpointing" and not hasattr(
+        transformers.TrainingArguments, "activation_checkpointing"
+    ):
+        pytest.skip("transformers 4 has only gradient_checkpointing")
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path), use_cpu=True, report_to="none", **{field: True}
+    )
+    assert set(_checkpointing(args).values()) == {True}
+    off = autotune.hf.apply(args, Config())
+    assert set(_checkpointing(off).values()) == {False}, _checkpointing(off)
+    on = autotune.hf.apply(off, Config(gradient_checkpointing=True))
+    assert set(_checkpointing(on).values()) == {True}, _checkpointing(on)
 
 
 def test_the_workloads_baseline_is_under_the_space_files():
