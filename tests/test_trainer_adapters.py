@@ -12,9 +12,10 @@ import pytest
 import torch
 from conftest import ROOT
 
-from autotune import Config, SpaceError, WorkloadError
+from autotune import Config, Measurement, SpaceError, WorkloadError, tune
 from autotune.adapters import load as load_workload
 from autotune.space_file import parse_space, with_workload_baseline
+from autotune.study.replay import ReplayBackend
 from autotune.trial.apply import apply_workload
 
 sys.path.insert(0, str(ROOT / "examples"))
@@ -247,22 +248,65 @@ def test_a_lightning_pair_the_adapter_cannot_tune_is_one_line():
         from_trainer((module,))
 
 
+class _TrainerReplay(ReplayBackend):
+    """A replayed study whose probe reports a Trainer's own settings, as the trial
+    process's probe does for a ``make_trainer`` workload (its measurements are looked
+    up; the driver's handling of the probe is the real one)."""
+
+    def __init__(self, table: dict, settings: dict) -> None:
+        super().__init__(table)
+        self.settings = settings
+
+    def probe(self, space, folder):
+        workload = {"name": "Trainer(M)", "baseline": self.settings}
+        return {**super().probe(space, folder), "workload": workload}
+
+
+def _replay_table() -> dict:
+    rows = []
+    for batch_size, accumulation in ((8, 1), (8, 2), (16, 1)):
+        m = Measurement(
+            status="ok",
+            samples_per_s=100.0 + batch_size,
+            samples_per_step=batch_size * accumulation,
+            measured_steps=5,
+            losses=[1.0, 0.9, 0.8],
+            step_time_cv=0.01,
+            wall_s=1.0,
+        )
+        config = Config(batch_size=batch_size, accumulation_steps=accumulation)
+        rows.append({"config": config.to_dict(), "measurement": m.to_dict()})
+    caps = {"device": "cpu", "cpu_count": 2, "workload_blocks": 2}
+    return {"environment": {"device": "cpu"}, "capabilities": caps, "measurements": rows}
+
+
 def test_a_stored_study_refuses_a_trainer_whose_arguments_changed(tmp_path):
     """The fingerprint covers the space file, not the Trainer's arguments: a resumed study
     would keep its old baseline trial, so a change is one line, not a silent mix."""
     import optuna
 
-    from autotune.study.tuner import Tuner
-
-    space = parse_space({"workload": "x.py:make_trainer", "knobs": {"batch_size": [8, 16]}})
-    study = optuna.create_study()
-    tuner = Tuner(space, out_dir=tmp_path, storage="sqlite:///:memory:")
-    tuner.workload_baseline = {"batch_size": 16, "amp_dtype": "fp32"}
-    tuner._same_workload_baseline(study)  # recorded by the first run
-    tuner._same_workload_baseline(study)  # the same settings resume
-    tuner.workload_baseline = {"batch_size": 8, "amp_dtype": "fp32"}
+    space = parse_space(
+        {
+            "workload": "x.py:make_trainer",
+            "knobs": {"batch_size": [8, 16]},
+            "search": {"sampler": "random", "confirm_top": 0, "screening": False},
+        }
+    )
+    storage = f"sqlite:///{tmp_path}/study.db"
+    settings = {"batch_size": 16, "amp_dtype": "fp32"}
+    first = tune(
+        space, storage=storage, out_dir=tmp_path, backend=_TrainerReplay(_replay_table(), settings)
+    )
+    assert first.baseline.config.batch_size == 16  # the Trainer's, not the file's
+    again = _TrainerReplay(_replay_table(), dict(settings))
+    tune(space, storage=storage, out_dir=tmp_path, backend=again)  # the same settings resume
+    study = optuna.load_study(study_name=space.study.name, storage=storage)
+    stored = len(study.get_trials(deepcopy=False))
+    changed = _TrainerReplay(_replay_table(), {**settings, "batch_size": 8})
     with pytest.raises(SpaceError, match=r"settings changed since study .*\(batch_size 16 -> 8\)"):
-        tuner._same_workload_baseline(study)
+        tune(space, storage=storage, out_dir=tmp_path, backend=changed)
+    assert changed.calls == []  # refused before any trial
+    assert len(study.get_trials(deepcopy=False)) == stored
 
 
 def _causal_lm_trainer(tmp_path, n: int = 64):
