@@ -72,3 +72,23 @@ def test_the_datasheet_knows_gpus_by_the_name_nvml_gives():
     assert datasheet_peaks("NVIDIA H100 PCIe")["bf16"] == 756e12
     assert datasheet_peaks("NVIDIA A100-SXM4-40GB")["fp32-high"] == 156e12
     assert datasheet_peaks("Some Future GPU") is None
+
+
+def test_an_fsdp_config_with_bf16_parameters_is_measured_against_the_bf16_peak():
+    """FSDP's MixedPrecisionPolicy(param_dtype=bf16) computes in bf16 without autocast:
+    its MFU is over the bf16 peak (the fp32 one would double it), and a space that can
+    choose it has the probe measure that peak."""
+    env = {**ENV, "device": "cuda", "datasheet_flops": {"fp32": 400e9, "bf16": 800e9}}
+    config = Config(world_size=2, fsdp="root", fsdp_param_dtype="bf16")
+    found = mfu_of(_ok(10_000.0), config, env)
+    assert found.peak == "bf16" and found.text() == "8% bf16"
+    assert found.mfu == pytest.approx(3.0e10 / (2 * 200e9))
+    assert found.datasheet == pytest.approx(3.0e10 / (2 * 800e9))
+    # bf16 parameters with fp32 gradient reduction still compute in bf16
+    mixed = config.replace(fsdp_reduce_dtype="fp32")
+    assert mfu_of(_ok(10_000.0), mixed, env).peak == "bf16"
+    # fp32 parameters under FSDP: the fp32 peak
+    fp32 = mfu_of(_ok(10_000.0), config.replace(fsdp_param_dtype="fp32"), env)
+    assert fp32.peak == "fp32" and fp32.mfu == pytest.approx(3.0e10 / (2 * 100e9))
+    assert peak_keys({"fsdp_param_dtype": ("fp32", "bf16")}, Config()) == ["fp32", "bf16"]
+    assert peak_keys({"world_size": (1, 2)}, config) == ["fp32", "bf16"]  # the baseline's

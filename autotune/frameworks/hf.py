@@ -285,7 +285,7 @@ def apply(trainer: Any, config: Any, *, warn: bool = True) -> Any:
         trainer = transformers.Trainer(model=model, args=args, train_dataset=..., ...)
 
     The fields are those of ``autotune export --format hf``
-    (:func:`autotune.trainer_args.hf_training_arguments`); a knob off its default
+    (:func:`autotune.frameworks.mapping.hf_training_arguments`); a knob off its default
     that no field expresses (``channels_last``, ``sdpa_backend``...) is named in one
     ``UserWarning`` with how to set it by hand (``warn=False``: silent).
 

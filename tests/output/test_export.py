@@ -387,3 +387,22 @@ def test_exports_say_how_a_token_step_weighs_its_micro_batches():
     assert "n_i" not in export_config(Config(batch_size=64), "torch", evidence=tokens)
     assert "num_items_in_batch" in export_config(config, "hf")
     assert "num_items_in_batch" not in export_config(Config(batch_size=64), "hf")
+
+
+@pytest.mark.parametrize("fsdp", ["off", "root"])
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_a_two_rank_step_of_one_micro_batch_each_is_token_weighted(fsdp, device):
+    """Two ranks of one micro-batch each are a step of two micro-batches: DDP and FSDP
+    average the ranks' gradients, so a token workload's export weighs each rank's loss by
+    its share of the step's tokens (counted over the ranks), as autotune's trials did."""
+    config = Config(batch_size=8, world_size=2, fsdp=fsdp)
+    assert config.accumulation_steps == 1
+    evidence = {"measured": {"unit": "tokens"}, "environment": {"device": device}}
+    text = export_config(config, "torch", evidence=evidence)
+    compile(text, "train.py", "exec")
+    assert "torchrun --nproc-per-node=2" in text
+    assert "N = their sum (dist.all_reduce over the ranks)" in text
+    assert "loss_i * n_i * world_size / N" in text
+    # the same step measured in samples: each rank's mean, as DDP/FSDP average them
+    samples = {**evidence, "measured": {"unit": "samples"}}
+    assert "n_i" not in export_config(config, "torch", evidence=samples)

@@ -206,6 +206,40 @@ def test_padding_puts_layout_knobs_first_and_compile_last(write_space):
     assert [m.label for m in waits.moves] == labels
 
 
+@pytest.mark.parametrize("peak_bytes", [800, 850, 990])
+def test_a_baseline_with_little_memory_headroom_screens_checkpointing_first(
+    write_space, peak_bytes
+):
+    """A baseline whose peak (its longest batch's, for text) fills 80% or more of the
+    memory budget: the plan's first move turns checkpointing on (it frees the memory a
+    larger micro-batch or a faster layout needs); with room, larger micro-batches first."""
+    space = load_space(
+        write_space("""
+        workload: {workloads}:tiny
+        knobs:
+          batch_size: [8, 16, 32]
+          num_workers: [0, 1]
+          gradient_checkpointing: [false, true]
+        baseline: {batch_size: 16}
+        global_batch: 32
+    """)
+    )
+    tight = Measurement(status="ok", peak_mem_bytes=peak_bytes // 2, peak_longest_bytes=peak_bytes)
+    plan = screening.make_plan(space, space.baseline, Profile.of(tight, memory_budget_bytes=1000))
+    assert plan.moves[0] == Move("gradient_checkpointing", True)
+    assert (
+        plan.reasons[0] == f"peak memory {peak_bytes / 1000:.0%} of the budget: checkpointing first"
+    )
+    # the same baseline below the line: checkpointing waits its registry turn
+    roomy = Measurement(status="ok", peak_mem_bytes=790)
+    plain = screening.make_plan(space, space.baseline, Profile.of(roomy, memory_budget_bytes=1000))
+    assert plain.moves[0] != Move("gradient_checkpointing", True)
+    assert not any("checkpointing first" in r for r in plain.reasons)
+    free = Measurement(status="ok", peak_mem_bytes=100)
+    first = screening.make_plan(space, space.baseline, Profile.of(free, memory_budget_bytes=1000))
+    assert first.moves[0] == Move("batch_size", 32)
+
+
 def test_the_budget_cuts_the_screening_in_its_order(write_space):
     space = _text_space(write_space)
     plan = screening.make_plan(space, space.baseline, Profile(padding_share=0.7))

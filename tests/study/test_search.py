@@ -109,6 +109,40 @@ def test_a_repeated_config_answers_with_its_median_run_over_its_pass_baseline():
     assert medians.rows[other.key()][1] == raw.rows[other.key()][1]
 
 
+def _in_tokens(table: dict, tokens_per_sample: float) -> dict:
+    """``table`` as a token workload's: every run (repeats included) scored in real
+    tokens/s, ``tokens_per_sample`` of them per sample."""
+    for row in table["measurements"]:
+        for run in [row, *row.get("repeats", [])]:
+            m = run["measurement"]
+            m.update(
+                unit=TOKENS,
+                tokens_per_s=m["samples_per_s"] * tokens_per_sample,
+                tokens_per_step=m["samples_per_step"] * tokens_per_sample,
+            )
+    return table
+
+
+def test_a_token_tables_median_run_is_scaled_in_tokens_too(write_space):
+    """The median run of a token table's repeated row is scored in tokens/s: scaled by
+    its pass's baseline like samples/s, or the optimum would carry that pass's pace."""
+    table = _table()
+    base = Config(batch_size=8, accumulation_steps=4)
+    best = Config(batch_size=32, accumulation_steps=1, num_workers=1)
+    recorded = 100.0 * 8**0.5
+    _repeated(table, base, [("a", recorded * 0.9), ("b", recorded * 1.2)])
+    # over its pass's baseline: 2.4x recorded, 2.1x in pass a, 2.2x in pass b
+    _repeated(table, best, [("a", recorded * 0.9 * 2.1), ("b", recorded * 1.2 * 2.2)])
+    medians = ReplayBackend(_in_tokens(table, 50.0), base)
+    m = medians.rows[best.key()][1]
+    assert m.tokens_per_s == pytest.approx(recorded * 2.2 * 50.0)  # pass b's 2.2x, scaled
+    assert m.samples_per_s == pytest.approx(recorded * 2.2)
+    optimum, value = medians.optimum(_space(write_space))
+    assert optimum == best
+    assert value == pytest.approx(objective(m, _space(write_space).trial))
+    assert value == pytest.approx(recorded * 2.2 * 50.0, rel=0.01)  # not 2.64x: pass b's pace
+
+
 def _layout_rows(amp: tuple[str, ...]) -> dict:
     rows = [
         {
