@@ -16,7 +16,10 @@ samples. It uses none of autotune's trial code.
 
 Each round runs the baseline and the recommendation in fresh processes, in an order
 rotated every round; the speedup is the median of the rounds' ratios, the error its
-distance from the study's ``speedup`` in best_config.yaml. Run it on an idle machine.
+distance from the study's ``speedup`` in best_config.yaml. ``--versus
+batch_size=32,length_grouping=grouped`` adds a third config to every round (the baseline
+with those values: a practitioner's heuristic) and reports the recommendation over it.
+Run it on an idle machine.
 """
 
 from __future__ import annotations
@@ -167,6 +170,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=40, help="timed optimizer steps")
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--versus", default="", help="KNOB=VALUE,... over the baseline")
     parser.add_argument("--doc", type=Path, default=None)
     parser.add_argument("--child", nargs=2, metavar=("WHICH", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -174,13 +178,28 @@ def main() -> None:
         child(args.child[0], args.warmup, args.steps, Path(args.child[1]))
         return
     facts = _study_facts(args.space, args.best)
+    names = ["baseline", "best"]
+    if args.versus:
+        values = dict(pair.split("=", 1) for pair in args.versus.split(","))
+        baseline = facts["configs"]["baseline"]
+        versus = {k: type(baseline[k])(yaml.safe_load(v)) for k, v in values.items()}
+        global_batch = baseline["batch_size"] * baseline["accumulation_steps"]
+        versus["accumulation_steps"] = global_batch // versus.get("batch_size", 1)
+        facts["configs"]["versus"] = {**baseline, **versus}
+        names.append("versus")
     print(f"study: {args.best}; predicted speedup {facts['predicted']:.3f}x")
-    print(f"  baseline {facts['configs']['baseline']}")
-    ratios = []
+    for name in names:
+        changed = {
+            k: v
+            for k, v in facts["configs"][name].items()
+            if name == "baseline" or v != facts["configs"]["baseline"].get(k)
+        }
+        print(f"  {name}: {changed if name != 'baseline' else 'as the study ran it'}")
+    ratios, over = [], []
     with tempfile.TemporaryDirectory() as folder:
         rates = {}
         for r in range(args.rounds):
-            order = ["baseline", "best"] if r % 2 == 0 else ["best", "baseline"]
+            order = names[r % len(names) :] + names[: r % len(names)]
             for which in order:
                 out = Path(folder) / f"{r}-{which}.json"
                 out.with_suffix(".in.json").write_text(json.dumps(facts))
@@ -191,17 +210,22 @@ def main() -> None:
                 rates[which] = json.loads(out.read_text())
             ratios.append(rates["best"]["rate"] / rates["baseline"]["rate"])
             unit = rates["best"]["unit"]
-            print(
-                f"  round {r + 1} ({' then '.join(order)}): baseline "
-                f"{rates['baseline']['rate']:,.0f} {unit}, recommended "
-                f"{rates['best']['rate']:,.0f} {unit}: {ratios[-1]:.3f}x"
-            )
+            line = ", ".join(f"{n} {rates[n]['rate']:,.0f}" for n in names)
+            if "versus" in rates:
+                over.append(rates["best"]["rate"] / rates["versus"]["rate"])
+                line += f"; recommended/versus {over[-1]:.3f}x"
+            print(f"  round {r + 1} ({' then '.join(order)}): {line} {unit}: {ratios[-1]:.3f}x")
     median = statistics.median(ratios)
     error = median / facts["predicted"] - 1
     print(
         f"delivered {median:.3f}x (rounds {min(ratios):.3f}-{max(ratios):.3f}) against "
         f"{facts['predicted']:.3f}x predicted: error {error:+.1%}"
     )
+    if over:
+        print(
+            f"recommended over versus ({args.versus}): {statistics.median(over):.3f}x "
+            f"(rounds {min(over):.3f}-{max(over):.3f})"
+        )
 
 
 if __name__ == "__main__":

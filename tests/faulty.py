@@ -30,6 +30,8 @@ def _huge(x):
 
 def _leak_memory(x):
     _leak.append(torch.ones(64 * 2**20, dtype=torch.float32))  # keep 256 MiB per step
+    if len(_leak) >= 6:  # over the test's 1.5 GiB cap: stay there for the supervisor's
+        time.sleep(1.0)  # polls (every 0.25 s); a step of ms could end before one sees it
 
 
 def _abort(x):

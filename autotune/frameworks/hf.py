@@ -4,7 +4,9 @@
     config = transformers.GPT2Config(n_layer=4, n_embd=256, n_head=4)
     def workload():
         return autotune.hf.workload(
-            model=lambda: transformers.GPT2LMHeadModel(config), dataset=my_tokenized, pad_id=0
+            model=lambda: transformers.GPT2LMHeadModel(config),
+            dataset=lambda: my_tokenized,
+            pad_id=0,
         )
 
 The loss is the model's own (``outputs.loss``, computed from the ``labels`` autotune's
@@ -127,10 +129,10 @@ def from_trainer(trainer: Any) -> Workload:
     workload: throughput counts the mask's real tokens. The baseline is
     :func:`trainer_baseline` of its ``TrainingArguments``.
 
-    Not taken (a trial's step is forward, backward, optimizer step): the learning-rate
-    schedule and warm-up, gradient clipping (``max_grad_norm``), callbacks, evaluation,
-    and the Trainer's own distributed settings (``fsdp``, ``deepspeed``): a space's
-    ``world_size`` and ``fsdp`` knobs search those.
+    These are what the probe and a profile read. The trials and ``autotune verify`` run
+    the Trainer's own loop (``Workload.native``, :mod:`autotune.frameworks.hf_loop`):
+    ``Trainer.train()`` of a new Trainer like this one with the config's arguments, so
+    its sampler, schedule, gradient clipping and callbacks run as in the user's training.
 
     Raises:
         WorkloadError: the Trainer has no ``train_dataset``, or an iterable one, or

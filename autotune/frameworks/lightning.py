@@ -4,9 +4,10 @@ A space's ``workload: train.py:make_trainer`` may name a function returning
 ``(LightningModule, LightningDataModule)``: the module's ``training_step`` is the loss,
 its ``configure_optimizers`` the optimizer, and the data module's train loader gives the
 dataset, the collate and the baseline (``batch_size``, ``num_workers``, ``pin_memory``,
-``persistent_workers``, ``prefetch_factor``). The module is not run by a Lightning
-``Trainer`` in a trial: ``self.log`` warns and does nothing, and hooks other than
-``training_step`` and ``configure_optimizers`` are not called.
+``persistent_workers``, ``prefetch_factor``). These are what the probe and a profile
+read; the trials and ``autotune verify`` run ``Trainer.fit()`` with the export's
+arguments (``Workload.native``, :mod:`autotune.frameworks.lightning_loop`), so the
+precision plugin, ``self.log`` and the hooks run as in the user's training.
 """
 
 from __future__ import annotations

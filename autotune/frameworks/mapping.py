@@ -192,7 +192,9 @@ def hf_training_arguments(
         r.notes.append(
             "gradient_checkpointing: HF checkpoints the model's own layers "
             "(gradient_checkpointing_enable), which may not be the blocks autotune measured; "
-            "transformers 5.x renames it activation_checkpointing (the old name still works)"
+            "transformers 5.x renames it activation_checkpointing: the old name works in "
+            "TrainingArguments(...), not set on built arguments (autotune.hf.apply sets the "
+            "new one)"
         )
     if "matmul_precision" in r:
         precision = r.values["matmul_precision"]

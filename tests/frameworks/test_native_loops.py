@@ -175,3 +175,45 @@ def test_autotune_hf_and_lightning_work_after_a_plain_import():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.split() == ["4", "8", "True"], out.stderr
+
+
+def test_a_causal_lm_trainer_trial_weighs_its_micro_batches_by_their_tokens(tmp_path):
+    """examples/hf_causal_lm.py: the Trainer divides each micro-batch's token sum by the
+    step's tokens (num_items_in_batch), so 8 x 4 and 32 x 1 run the same step's loss; the
+    tokens counted are the batches' real ones."""
+    space = tmp_path / "lm.yaml"
+    space.write_text(
+        f"workload: {ROOT / 'examples' / 'hf_causal_lm.py'}:make_trainer\n"
+        "workload_args: {n: 256, hidden: 32, layers: 1}\n"
+        "knobs: {}\n"
+        f"trial: {{warmup_steps: 1, measured_steps: 2, timeout_s: 180}}\n"
+    )
+    loaded = load_space(space)
+    runs = {}
+    for split in ((8, 4), (32, 1)):
+        values = {**loaded.baseline.to_dict(), "batch_size": split[0]}
+        config = Config.from_dict({**values, "accumulation_steps": split[1]})
+        runs[split] = run_trial(loaded, config, tmp_path / f"t{split[0]}")
+        assert runs[split].ok, runs[split].reason
+    split, whole = runs[(8, 4)], runs[(32, 1)]
+    assert split.losses == pytest.approx(whole.losses, rel=2e-3)
+    assert split.unit == "tokens" and split.tokens_per_step == whole.tokens_per_step
+    assert 8 * 32 <= split.tokens_per_step <= 256 * 32  # real tokens, 8 to 256 a sample
+    assert split.padding_share > 0.3  # a random batch of texts of 8 to 256 tokens
+
+
+def test_verify_runs_the_trainers_own_loop_longer(tmp_path):
+    record = tmp_path / "record.json"
+    space = _space(tmp_path, "make_trainer", {"record": str(record), "n": 128})
+    text = space.read_text() + "budget: {n_trials: 1}\nsearch: {confirm_top: 0}\n"
+    space.write_text(text)
+    storage, runs = f"sqlite:///{tmp_path}/s.db", tmp_path / "runs"
+    study = run_cli("run", str(space), "--storage", storage, "--out", str(runs), cwd=tmp_path)
+    assert study.returncode == 0, study.stderr
+    args = ("verify", str(space), "--storage", storage, "--out", str(runs), "--rounds", "1")
+    out = run_cli(*args, "--steps-factor", "2", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    results = sorted(runs.glob("space/verify/*/result.json"))
+    assert results and all(json.loads(p.read_text())["loop"] == "transformers" for p in results)
+    # the user's callback saw the verify run's steps: warm-up, then twice the window
+    assert json.loads(record.read_text())["steps"] == WARMUP + 2 * MEASURED

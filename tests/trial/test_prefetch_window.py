@@ -55,11 +55,18 @@ def test_the_loader_pace_is_timed_between_two_waits_of_the_same_worker():
     assert loader_paced(short, workers=2, micro_batches=10) is None
 
 
+# A batch's collation: the loader (2 workers) makes one every SECONDS / 2, several times
+# a step's time even on a loaded machine (steps of 20-30 ms were seen), so the window is
+# data-bound and waits on the loader whatever else runs.
+SECONDS = 0.1
+
+
 def _full_queue(write_space, steps: int):
-    """A data-bound workload (2 workers, 50 ms a batch) whose first step sleeps 1 s."""
+    """A data-bound workload (2 workers, SECONDS a batch) whose first step sleeps 1 s."""
     return load_space(
         write_space(f"""
         workload: {{workloads}}:full_queue
+        workload_args: {{seconds: {SECONDS}}}
         knobs: {{batch_size: [16], num_workers: [0, 2]}}
         baseline: {{batch_size: 16}}
         global_batch: 16
@@ -69,10 +76,10 @@ def _full_queue(write_space, steps: int):
 
 
 def _loader_pace(batches: int = 16) -> float:
-    """Samples/s of the full_queue workload's DataLoader (2 workers, 50 ms a batch of 16)
+    """Samples/s of the full_queue workload's DataLoader (2 workers, SECONDS a batch of 16)
     drained by a consumer that never waits otherwise, timed here from its first batch."""
     loader = torch.utils.data.DataLoader(
-        Blobs(), batch_size=16, num_workers=2, prefetch_factor=2, collate_fn=_SlowCollate(0.05)
+        Blobs(), batch_size=16, num_workers=2, prefetch_factor=2, collate_fn=_SlowCollate(SECONDS)
     )
     it = iter(loader)
     next(it)  # the workers' start-up
@@ -89,11 +96,11 @@ def test_a_data_bound_window_is_rated_at_the_loaders_pace(write_space, tmp_path)
     m = run_trial(space, Config(batch_size=16, num_workers=2), tmp_path / "w2")
     assert m.ok, m.reason
     # The window took the 4 prefetched batches at once, then waited for each pair of the
-    # workers' 50 ms batches: rated between two of those waits, at the loader's pace.
+    # workers' SECONDS batches: rated between two of those waits, at the loader's pace.
     assert m.paced_batches is not None and m.paced_batches >= 7
     assert m.paced_batches % 2 == 0  # whole rounds of the 2 workers
     assert m.samples_per_s == pytest.approx(16 * m.paced_batches / m.paced_s)
-    assert m.samples_per_s <= 1.03 * 2 * 16 / 0.05  # the loader cannot go faster
+    assert m.samples_per_s <= 1.03 * 2 * 16 / SECONDS  # the loader cannot go faster
     # ... nor is it rated far slower than the same loader drained here, timed apart
     # (its first batches may have been ready: this pace is if anything a little high)
     pace = _loader_pace()
@@ -104,7 +111,7 @@ def test_a_window_opening_on_a_full_queue_counts_only_what_the_loader_made(write
     space = _full_queue(write_space, steps=6)
     m = run_trial(space, Config(batch_size=16, num_workers=2), tmp_path / "w2")
     assert m.ok, m.reason
-    # The first step slept 1 s while 2 workers filled their 4 batches (50 ms each); the
+    # The first step slept 1 s while 2 workers filled their 4 batches (SECONDS each); the
     # window's fast steps took them at once, then waited for the rest (how many the
     # workers had made again by the window's end varies).
     assert m.queue_drained >= 1
