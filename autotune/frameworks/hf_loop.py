@@ -13,6 +13,7 @@ trackers (``report_to``).
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 import inspect
 from typing import Any
 
@@ -143,7 +144,7 @@ def summed_means(trainer: Any, inputs: Any, num_items_in_batch: Any) -> bool:
     the hooks get is divided, so that trajectories of other splits compare."""
     if getattr(trainer, "loss_is_scaled_for_ga", None) is not None:
         return False  # the user said how the loss is scaled
-    labels = inputs.get("labels") if isinstance(inputs, dict) else None
+    labels = inputs.get("labels") if isinstance(inputs, Mapping) else None  # BatchEncoding
     per_token = getattr(labels, "ndim", 0) >= 2
     return (
         bool(trainer.model_accepts_loss_kwargs)

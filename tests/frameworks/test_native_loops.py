@@ -202,18 +202,26 @@ def test_a_causal_lm_trainer_trial_weighs_its_micro_batches_by_their_tokens(tmp_
     assert split.padding_share > 0.3  # a random batch of texts of 8 to 256 tokens
 
 
-def test_verify_runs_the_trainers_own_loop_longer(tmp_path):
+def test_a_verify_run_trains_in_the_trainers_own_loop(tmp_path):
+    """A run of ``autotune verify`` (``python -m autotune.trial.verify``), as the driver
+    starts it for each round: the Trainer's own loop, for the verify's steps."""
+    from autotune.study.verify import run_child
+
     record = tmp_path / "record.json"
-    space = _space(tmp_path, "make_trainer", {"record": str(record), "n": 128})
-    text = space.read_text() + "budget: {n_trials: 1}\nsearch: {confirm_top: 0}\n"
-    space.write_text(text)
-    storage, runs = f"sqlite:///{tmp_path}/s.db", tmp_path / "runs"
-    study = run_cli("run", str(space), "--storage", storage, "--out", str(runs), cwd=tmp_path)
-    assert study.returncode == 0, study.stderr
-    args = ("verify", str(space), "--storage", storage, "--out", str(runs), "--rounds", "1")
-    out = run_cli(*args, "--steps-factor", "2", cwd=tmp_path)
-    assert out.returncode == 0, out.stderr
-    results = sorted(runs.glob("space/verify/*/result.json"))
-    assert results and all(json.loads(p.read_text())["loop"] == "transformers" for p in results)
-    # the user's callback saw the verify run's steps: warm-up, then twice the window
+    space = load_space(_space(tmp_path, "make_trainer", {"record": str(record), "n": 128}))
+    spec = {
+        "workload": space.workload,
+        "workload_args": space.workload_args,
+        "base_dir": str(space.base_dir),
+        "device": "cpu",
+        "seed": 0,
+        "warmup_steps": WARMUP,
+        "steps": 2 * MEASURED,
+        "endless": False,
+        "config": {**space.baseline.to_dict(), "batch_size": 16, "accumulation_steps": 2},
+    }
+    payload = run_child(spec, tmp_path / "run", 180)
+    assert payload["status"] == "ok", payload.get("reason")
+    assert payload["loop"] == "transformers" and payload["steps"] == 2 * MEASURED
+    # the user's callback saw the verify run's steps: warm-up, then the timed ones
     assert json.loads(record.read_text())["steps"] == WARMUP + 2 * MEASURED
