@@ -13,8 +13,8 @@ trackers (``report_to``).
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
 import inspect
+from collections.abc import Mapping
 from typing import Any
 
 from ..errors import WorkloadError

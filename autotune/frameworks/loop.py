@@ -64,6 +64,11 @@ class Hooks(Protocol):
     def step_end(self) -> None:
         """An optimizer step (clipping, optimizer, scheduler, zero_grad) has finished."""
 
+    def epoch(self, order: list[int], multiple: int) -> None:
+        """One epoch's sample indices as the framework's sampler orders them, and the
+        multiple its collator pads a batch's width to (before the run: the trial rates
+        the window as the epoch's mean step, :mod:`autotune.trial.epoch`)."""
+
 
 @dataclass(frozen=True)
 class NativeLoop:

@@ -80,7 +80,7 @@ def build(spec: dict[str, Any], prepared: Prepared | None = None) -> Built:
     p = prepared or prepare(spec)
     config, workload = p.config, p.workload
     seed = int(p.trial.get("seed", 0))
-    lengths = _stored_lengths(spec) if workload.tokens is not None else None
+    lengths = stored_lengths(spec) if workload.tokens is not None else None
     applied = apply_workload(
         config, workload, device=p.device, seed=seed, endless=True, lengths=lengths
     )
@@ -95,7 +95,7 @@ def build(spec: dict[str, Any], prepared: Prepared | None = None) -> Built:
     )
 
 
-def _stored_lengths(spec: dict[str, Any]) -> list[int] | None:
+def stored_lengths(spec: dict[str, Any]) -> list[int] | None:
     """The samples' lengths the study's probe wrote, if this machine can read them."""
     path = spec.get("lengths_path")
     try:

@@ -21,7 +21,7 @@ import torch
 from ..config import Config
 from ..errors import AutotuneError, first_line
 from ..measurement import FAILED, OK, OOM, Measurement
-from .build import applied_settings, build, native_settings, prepare
+from .build import applied_settings, build, native_settings, prepare, stored_lengths
 from .compile import describe_compile_failure
 from .guard import RANK, WORLD
 from .loop import measure, write_json
@@ -47,7 +47,8 @@ def run_trial(spec: dict[str, Any], started: float) -> dict[str, Any]:
     if prepared.workload.native is not None:
         from .native import measure_native
 
-        m = measure_native(prepared, spec.get("progress_path"), started=started)
+        lengths = stored_lengths(spec) if prepared.workload.tokens is not None else None
+        m = measure_native(prepared, spec.get("progress_path"), started=started, lengths=lengths)
         return {**m.to_dict(), "applied": native_settings(prepared)}
     built = build(spec, prepared)
     build_s = time.perf_counter() - t - built.device_init_s

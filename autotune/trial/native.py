@@ -27,9 +27,10 @@ from ..measurement import NAN, OK, TOKENS, Measurement
 from .apply import sdpa_backend
 from .build import Prepared
 from .clock import StepClock, peak_memory, reset_peak_memory, spread
+from .epoch import EPOCH_STEPS, EpochScale, epoch_scale, epoch_shapes
 from .loop import Compiles, Progress, compile_seconds, counts_tokens, window_rates
 from .telemetry import open_window
-from .tokens import count_batch
+from .tokens import TokenCollate, count_batch
 
 
 def process_settings(config: Any, device: torch.device) -> contextlib.AbstractContextManager:
@@ -86,6 +87,9 @@ class Window:
         self.compile_before_window = 0.0
         self.peak: dict[str, Any] = {}
         self.telemetry: Any = None
+        self.step_positions: list[int] = []  # each window step's padded positions
+        self.order: list[int] | None = None  # one epoch of the framework's sampler
+        self.multiple = 1
 
     @property
     def timing(self) -> bool:
@@ -109,6 +113,7 @@ class Window:
 
     def _count(self, batch: Any) -> None:
         counted = count_batch(batch)
+        before = self.positions
         if self.count_tokens is not None:
             real = int(self.count_tokens(batch))
             self.real += real
@@ -116,6 +121,12 @@ class Window:
         elif counted is not None:
             self.real += counted[0]
             self.positions += counted[1]
+        if len(self.step_positions) <= self.steps - self.warmup_steps:
+            self.step_positions.append(0)
+        self.step_positions[-1] += self.positions - before
+
+    def epoch(self, order: list[int], multiple: int) -> None:
+        self.order, self.multiple = order, multiple
 
     def loss(self, value: Any) -> None:
         self.step_losses.append(value.detach().float().reshape(()))
@@ -160,10 +171,40 @@ class Window:
         self.last_event = time.perf_counter()
 
 
+def native_epoch_scale(window: Window, lengths: list[int] | None, config: Any) -> EpochScale | None:
+    """The epoch's mean step over the window's (:mod:`.epoch`), for a token workload
+    whose framework told its epoch's order: each micro-batch padded to its longest
+    sample (rounded up to the collator's multiple), as the frameworks' collators do."""
+    if not lengths or window.order is None or len(window.step_positions) != window.measured_steps:
+        return None
+    if max(window.order) >= len(lengths):
+        return None  # not the dataset the probe measured
+    steps = min(EPOCH_STEPS, len(window.order) // config.global_batch)
+    shapes = epoch_shapes(
+        iter(window.order),
+        lengths,
+        TokenCollate(0, window.multiple, "input_ids"),
+        config.batch_size,
+        config.accumulation_steps,
+        steps,
+    )
+    if not shapes:
+        return None
+    return epoch_scale(window.clock.step_times_s(), window.step_positions, shapes)
+
+
 def measure_native(
-    prepared: Prepared, progress_path: str | None = None, *, started: float
+    prepared: Prepared,
+    progress_path: str | None = None,
+    *,
+    started: float,
+    lengths: list[int] | None = None,
 ) -> Measurement:
-    """Run the workload's framework loop for the trial's steps and measure its window."""
+    """Run the workload's framework loop for the trial's steps and measure its window.
+
+    With ``lengths`` (every sample's, from the probe) and the epoch's order from the
+    framework's sampler, a token workload's rates are the epoch's: a sorted
+    ``group_by_length`` epoch's first steps are its longest (``epoch_scale``)."""
     workload, config, device = prepared.workload, prepared.config, prepared.device
     loop = workload.native
     counted = counts_tokens(workload)
@@ -187,6 +228,14 @@ def measure_native(
     if 0.0 < recompile_s < window_s:  # a new shape's compile: a one-off, like the first
         window_s -= recompile_s
     samples_per_s, tokens_per_s = window_rates(workload, window.samples, window.real, window_s)
+    real, window_rate = window.real, None
+    scale = native_epoch_scale(window, lengths, config) if counted else None
+    if scale is not None:  # the epoch's mean step, anchored to the window's time
+        window_rate = tokens_per_s if tokens_per_s is not None else samples_per_s
+        real = window.measured_steps * scale.real_per_step
+        samples_per_s, tokens_per_s = window_rates(
+            workload, window.samples, real, window_s * scale.time
+        )
     values = [float(x) for x in torch.stack(window.losses).tolist()] if window.losses else []
     step_s = window_s / steps if steps else 0.0
     m = Measurement(
@@ -195,9 +244,11 @@ def measure_native(
         tokens_per_s=tokens_per_s,
         samples_per_step=config.global_batch,
         unit=TOKENS if workload.tokens is not None else "samples",
-        tokens_per_step=window.real / steps if counted and steps else None,
+        tokens_per_step=real / steps if counted and steps else None,
         padding_share=1 - window.real / window.positions if window.positions else None,
         data_share=min(1.0, window.waited_s / window_s) if window_s > 0 else None,
+        epoch_scale=scale.time if scale is not None else None,
+        window_rate=window_rate,
         measured_steps=steps,
         window_s=window_s,
         warmup_s=window.warmup.window_s,

@@ -169,7 +169,8 @@ def run_native(
     device = resolve_device(spec.get("device", "auto"))
     warmup_steps, steps = int(spec["warmup_steps"]), int(spec["steps"])
     trial = {"warmup_steps": warmup_steps, "measured_steps": steps}
-    m = measure_native(Prepared(config, trial, device, workload), started=started)
+    lengths = _lengths(spec) if workload.tokens is not None else None
+    m = measure_native(Prepared(config, trial, device, workload), started=started, lengths=lengths)
     return {
         "status": m.status,
         "reason": m.reason,

@@ -15,7 +15,7 @@ from conftest import ROOT, run_cli
 from autotune.config import Config
 from autotune.knobs import Capabilities
 from autotune.space_file import load_space
-from autotune.study.runner import run_trial
+from autotune.study.runner import probe, run_trial
 
 pytest.importorskip("transformers")
 pytest.importorskip("datasets")
@@ -112,6 +112,26 @@ def test_a_grouped_trial_pads_as_hfs_own_sampler_does(tmp_path):
     # and it is not the padding of the random order
     shuffled = _hf_padding(range(WARMUP, WARMUP + MEASURED), n=512)
     assert abs(shuffled - expected) > 0.05
+
+
+def test_a_grouped_trial_is_rated_as_its_epoch_not_its_longest_steps(tmp_path):
+    """HF's group_by_length sorts each mega-batch longest first: 512 samples are one
+    mega-batch, so the window's steps after the warm-up are the epoch's longest. The
+    rates are the epoch's (the fitted time of its mean step over the window's): the
+    epoch of shorter steps runs more tokens a second than the window did."""
+    space = load_space(_space(tmp_path, "make_trainer", {"n": 512, "group_by_length": True}))
+    config = Config.from_dict(
+        {**space.baseline.to_dict(), "batch_size": 16, "accumulation_steps": 2}
+    )
+    config = Config.from_dict({**config.to_dict(), "length_grouping": "grouped"})
+    (tmp_path / "probe").mkdir()
+    probe(space, tmp_path / "probe")  # every sample's length, as a study's trials read them
+    lengths = str(tmp_path / "probe" / "lengths.json")
+    space = space.__class__(**{**space.__dict__, "lengths_path": lengths})
+    m = run_trial(space, config, tmp_path / "grouped")
+    assert m.ok, m.reason
+    assert m.epoch_scale is not None and m.epoch_scale < 0.9
+    assert m.tokens_per_s > m.window_rate
 
 
 def test_a_trainer_whose_train_fails_is_a_failed_trial_naming_the_frames(tmp_path):
