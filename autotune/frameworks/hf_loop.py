@@ -64,13 +64,31 @@ def train(trainer: Any, config: Any, device: Any, steps: int, hooks: Hooks) -> N
         import torch
 
         model = model.to(memory_format=torch.channels_last)
-    rebuild(
-        trainer,
-        model,
-        args,
-        with_pad_multiple(trainer.data_collator, config.pad_to_multiple_of),
-        hooks,
-    ).train()
+    collator = with_pad_multiple(trainer.data_collator, config.pad_to_multiple_of)
+    run = rebuild(trainer, model, args, collator, hooks)
+    order = epoch_order(run)
+    if order is not None:
+        hooks.epoch(order, getattr(collator, "pad_to_multiple_of", None) or 1)
+    run.train()
+
+
+def epoch_order(trainer: Any) -> list[int] | None:
+    """One epoch's sample indices from the Trainer's own train sampler (its
+    ``group_by_length`` mega-batches sorted longest first, or a random order), drawn with
+    the Trainer's seed without touching the run's random state; ``None`` where the
+    sampler cannot be had or yields no indices."""
+    import torch
+
+    try:
+        sampler = trainer._get_train_sampler()  # private: the Trainer's exact choice
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(trainer.args.seed)
+            order = list(sampler) if sampler is not None else None
+    except Exception:  # noqa: BLE001  (the window's own rate is then the trial's)
+        return None
+    if not order or not all(isinstance(i, int) for i in order):
+        return None
+    return order
 
 
 def trial_arguments(device: Any, steps: int) -> dict[str, Any]:
