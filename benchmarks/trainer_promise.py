@@ -19,7 +19,10 @@ rotated every round; the speedup is the median of the rounds' ratios, the error 
 distance from the study's ``speedup`` in best_config.yaml. ``--versus
 batch_size=32,length_grouping=grouped`` adds a third config to every round (the baseline
 with those values: a practitioner's heuristic) and reports the recommendation over it.
-Run it on an idle machine.
+``--warmup`` sets the untimed steps before the timed ones: a compiled config on text of
+varied length recompiles for new shapes for some tens of steps, which a trial counts as
+one-off compile time and a short timed run does not (docs/trainers.md). Run it on an
+idle machine; figures and their reading are in docs/trainers.md.
 """
 
 from __future__ import annotations

@@ -215,6 +215,12 @@ def _gpu_energy(samples: list[Sample]) -> dict[str, Any]:
     return {"energy_j": joules, "energy_s": span, "energy_source": "power x time"}
 
 
+# The shortest window whose CPU use is reported: /proc's CPU times count in ticks (10 ms
+# on Linux), so a window of CPU_TICKS ticks reads its cores to about 1/CPU_TICKS of a core
+# per process (a 3-step window of a few ms read 2.9 cores on 2 cores).
+CPU_TICKS = 20
+
+
 def cpu_seconds(pgid: int, proc: Path = PROC) -> float | None:
     """CPU time (user and system, reaped children included) of the processes of group
     ``pgid``: the trial and its DataLoader workers. ``None`` without a readable /proc."""
@@ -330,7 +336,10 @@ class Window:
         elif self.device_type == "cuda":
             missing.append(f"nvml: {self.gpu_note}")
         span = self.ended - self.started
-        if None not in self.cpu and span > 0:
+        tick_s = 1 / os.sysconf("SC_CLK_TCK")
+        # /proc counts CPU time in ticks (10 ms): over a window of a few ms one tick more
+        # or less reads as cores more or less, so such a window reports none
+        if None not in self.cpu and span >= CPU_TICKS * tick_s:
             out["cpu_util_cores"] = (self.cpu[1] - self.cpu[0]) / span
         rapl = rapl_delta(self.rapl[0], self.rapl[1])
         if rapl is not None and self.device_type == "cuda":

@@ -79,7 +79,14 @@ def _loader_pace(batches: int = 16) -> float:
     """Samples/s of the full_queue workload's DataLoader (2 workers, SECONDS a batch of 16)
     drained by a consumer that never waits otherwise, timed here from its first batch."""
     loader = torch.utils.data.DataLoader(
-        Blobs(), batch_size=16, num_workers=2, prefetch_factor=2, collate_fn=_SlowCollate(SECONDS)
+        Blobs(),
+        batch_size=16,
+        num_workers=2,
+        prefetch_factor=2,
+        collate_fn=_SlowCollate(SECONDS),
+        # spawned, not forked from the test process: a worker forked from a process that
+        # had run many tests (threads, frameworks loaded) once died of SIGSEGV here
+        multiprocessing_context="spawn",
     )
     it = iter(loader)
     next(it)  # the workers' start-up
