@@ -174,10 +174,15 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
         **memory,
         **telemetry.fields(samples_per_s, tokens_per_s, WORLD),
     )
-    if not all(math.isfinite(x) for x in values):
-        first = next(i for i, x in enumerate(values) if not math.isfinite(x))
-        return m.replace(status=NAN, reason=f"loss is {values[first]} at step {first}")
-    return m
+    return with_finite_losses(m)
+
+
+def with_finite_losses(m: Measurement) -> Measurement:
+    """``m``, or ``m`` with status ``nan`` and the first step whose loss is NaN or Inf."""
+    bad = next((i for i, x in enumerate(m.losses) if not math.isfinite(x)), None)
+    if bad is None:
+        return m
+    return m.replace(status=NAN, reason=f"loss is {m.losses[bad]} at step {bad}")
 
 
 def _epoch_scale(built: Built, times: list[float], cumulative: list[int]) -> EpochScale | None:

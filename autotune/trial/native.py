@@ -14,7 +14,6 @@ progress and compile counters work as in autotune's loop (:mod:`.loop`).
 from __future__ import annotations
 
 import contextlib
-import math
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -23,12 +22,19 @@ import torch
 
 from ..errors import WorkloadError
 from ..frameworks.loop import framework_frame
-from ..measurement import NAN, OK, TOKENS, Measurement
+from ..measurement import OK, TOKENS, Measurement
 from .apply import sdpa_backend
 from .build import Prepared
 from .clock import StepClock, peak_memory, reset_peak_memory, spread
 from .epoch import EPOCH_STEPS, EpochScale, epoch_scale, epoch_shapes
-from .loop import Compiles, Progress, compile_seconds, counts_tokens, window_rates
+from .loop import (
+    Compiles,
+    Progress,
+    compile_seconds,
+    counts_tokens,
+    window_rates,
+    with_finite_losses,
+)
 from .telemetry import open_window
 from .tokens import TokenCollate, count_batch
 
@@ -266,7 +272,4 @@ def measure_native(
         **window.telemetry.fields(samples_per_s, tokens_per_s),
         **window.peak,
     )
-    if not all(math.isfinite(x) for x in values):
-        first = next(i for i, x in enumerate(values) if not math.isfinite(x))
-        return m.replace(status=NAN, reason=f"loss is {values[first]} at step {first}")
-    return m
+    return with_finite_losses(m)
