@@ -19,21 +19,19 @@ each winner's ablations and reduced config (config keys), and the first round of
 plan (so an interrupted confirmation resumes where it stopped).
 
 The functions say what runs and in which order; :class:`Confirmation` runs the plans as
-trials of the study (the tuner's ``_run`` and ``_tell``). What the runs mean (medians,
+trials of the study (:class:`~autotune.study.trials.Trials`). What the runs mean (medians,
 paired ratios, contributions, the recommendation) is read in :mod:`autotune.results`.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from typing import Any
 
 import optuna
 
 from ..config import Config
 from ..knobs import KNOBS
-from ..measurement import Measurement
 from ..results import (
     BASELINE,
     CONFIRM,
@@ -51,6 +49,7 @@ from .coordination import measured, waiting_roles
 from .reporter import Reporter
 from .sampling import encode, like, sample
 from .storage import records
+from .trials import Trials
 
 
 def ablations(
@@ -121,10 +120,9 @@ def first_round(conf: dict[str, Any], plan: list[Config], rounds: int, used: int
 class Confirmation:
     """Runs the confirmation of one study: the plans of this module's docstring, in turn.
 
-    ``run`` measures a config on a trial the rounds took from the study, ``tell`` judges
-    the measurement and stores it on the trial (the tuner's ``_run`` and ``_tell``: the
-    rounds' runs are trials like the search's). Notes for the result go to ``notes``, each
-    run to ``reporter``.
+    ``trials`` measures a config on a trial the rounds took from the study and stores it
+    (the rounds' runs are trials like the search's). Notes for the result go to
+    ``notes``, each run to ``reporter``.
     """
 
     def __init__(
@@ -134,17 +132,14 @@ class Confirmation:
         storage: str,
         notes: list[str],
         reporter: Reporter,
-        *,
-        run: Callable[[optuna.Study, optuna.Trial, Config], Measurement],
-        tell: Callable[..., TrialRecord],
+        trials: Trials,
     ) -> None:
         self.space = space
         self.study_name = study_name
         self.storage = storage
         self.notes = notes
         self.reporter = reporter
-        self.run = run
-        self.tell = tell
+        self.trials = trials
 
     def confirm(self, study: optuna.Study) -> None:
         """Paired, rotated rounds after the search (the plans of this module's docstring):
@@ -286,13 +281,10 @@ class Confirmation:
                 study.enqueue_trial(encode(self.space, config), user_attrs=attrs)
                 trial = study.ask()
                 sample(self.space, trial)
-                m = self.run(study, trial, config)
-                record = self.tell(
+                record = self.trials.measure(
                     study,
                     trial,
                     config,
-                    m,
-                    role,
                     repeat_of=original.number if original is not None else None,
                     round_=number,
                     cold_compile_s=original.measurement.compile_s if original else None,

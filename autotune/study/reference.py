@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from .coordination import claim, held, running_roles, waiting_roles
 from .reporter import Reporter
 from .sampling import sample
 from .storage import records
+from .trials import Trials
 
 # Knobs that change which samples share an optimizer step (or, packed, a row's
 # attention): a trial that sets one is judged against an fp32 reference of the same layout.
@@ -100,10 +100,9 @@ class References:
     """The fp32 references of one study: the study's (:meth:`study_reference`, once
     before the search) and the one each trial is judged against (:meth:`for_config`).
 
-    ``run`` measures a config on a trial taken from the study and ``tell`` judges and
-    stores it (the tuner's ``_run`` and ``_tell``: the baseline, when it is the reference,
-    is a trial of the study); the other reference runs go through ``backend`` into
-    ``out_dir``. ``n_trials``, the budget, is for the baseline's progress line.
+    ``trials`` runs and tells the baseline when it is the reference (a trial of the
+    study, :class:`~autotune.study.trials.Trials`); the other reference runs go through
+    ``backend`` into ``out_dir``. ``n_trials``, the budget, is for the baseline's progress line.
     """
 
     def __init__(
@@ -115,8 +114,7 @@ class References:
         *,
         worker_index: int,
         n_trials: int | None,
-        run: Callable[[optuna.Study, optuna.Trial, Config], Measurement],
-        tell: Callable[..., TrialRecord],
+        trials: Trials,
     ) -> None:
         self.space = space
         self.backend = backend
@@ -124,8 +122,7 @@ class References:
         self.reporter = reporter
         self.worker_index = worker_index
         self.n_trials = n_trials
-        self.run = run
-        self.tell = tell
+        self.trials = trials
         self.losses: list[float] | None = None  # the study's, once study_reference found it
 
     def study_reference(self, study: optuna.Study, trials: list[TrialRecord]) -> list[float] | None:
@@ -175,8 +172,8 @@ class References:
                 if not held(study, config.key()):
                     coordination.queue_baseline(study, self.space, trials)
                 return self._reference(study, trials)
-            m = self.run(study, trial, config)
-            record = self.tell(
+            m = self.trials.run(study, trial, config)
+            record = self.trials.tell(
                 study, trial, config, m, BASELINE, reference=m.losses if m.ok else None
             )
             trials.append(record)
