@@ -15,6 +15,7 @@ import yaml
 
 from .config import Config
 from .credentials import redact_url
+from .decisions import PROVEN, UNRESOLVED, Decision, margin, noise_floor
 from .measurement import OK, PRUNED, Measurement, fixed_cost
 from .mfu import Mfu, mfu_of, shown, unavailable
 from .planned import Plan, Projection, project
@@ -28,9 +29,10 @@ BASELINE, SEARCH, DUPLICATE, REPEAT = "baseline", "search", "duplicate", "repeat
 MOVE = "screen"
 CONFIRM = "confirm"
 FREE_BATCH_WARNING = "global batch was free: convergence may differ from the baseline"
-# The default of search.min_gain: a knob of the winner is kept only if the median of its
-# paired per-round gains is above this (see proven_gain); the reduced config is taken
-# unless the winner proves such a gain over it.
+# The default of search.min_gain: a knob of the winner is kept only if its paired
+# per-round gains prove more than this, or than the study's noise floor if that is larger
+# (see proven_gain); the reduced config is taken unless the winner proves such a gain
+# over it.
 MIN_GAIN = 0.03
 
 
@@ -79,16 +81,19 @@ class TrialRecord:
 
 
 def proven_gain(ratios: tuple[float, ...], min_gain: float) -> bool:
-    """Whether paired per-round ratios prove a gain: their median is above
-    ``1 + min_gain``.
+    """Whether paired per-round ratios prove a gain of more than ``min_gain`` (the
+    study's margin: its noise floor, at least ``search.min_gain``): the sign test's
+    interval on their median lies above ``1 + min_gain``
+    (:func:`autotune.decisions.decide`).
 
-    The median, so that one disturbed round cannot decide either way: requiring every
-    round above the bar dropped a real 8x knob (workers) for one round that a busy
-    machine turned to 0.77x. The price: with 3 rounds a neutral knob passes when two of
-    them are lucky by more than ``min_gain``; more rounds or a larger ``min_gain`` (on a
-    noisy machine) make that rarer.
+    An interval, not the median alone: a median over 3 rounds kept a knob whose rounds
+    spanned 0.95-1.21x, and dropped it in the next study. The sign test's, so that one
+    disturbed round cannot decide either way (requiring every round above the bar at any
+    count dropped a real 8x knob for one round a busy machine turned to 0.77x): from 6
+    rounds on, one may fall below. Rounds are added while a decision is unresolved
+    (:mod:`autotune.study.confirm`).
     """
-    return bool(ratios) and statistics.median(ratios) > 1 + min_gain
+    return Decision(tuple(ratios), 1 + min_gain).state == PROVEN
 
 
 def _half_range(ratios: tuple[float, ...]) -> float:
@@ -102,9 +107,11 @@ class Contribution:
 
     ``ratios`` holds, per round, the winner's value over the ablated config's (above 1:
     the knob helps). ``failed`` is the reason the ablated config was infeasible (the knob
-    is then needed). The knob is ``kept`` when the ratios prove a gain
-    (:func:`proven_gain`: their median above ``1 + min_gain``, ``search.min_gain``), when
-    it is needed, or when it was not measured; otherwise it is within noise.
+    is then needed). The knob is ``kept`` when the ratios prove a gain of more than
+    ``min_gain`` (:func:`proven_gain`; the study's margin: its noise floor, at least
+    ``search.min_gain``), when it is needed, or when it was not measured; otherwise it is
+    dropped: within noise, or unresolved when the rounds ran out before the interval left
+    the threshold (the simpler config then wins).
     """
 
     knob: str
@@ -125,6 +132,15 @@ class Contribution:
             return True
         return proven_gain(self.ratios, self.min_gain)
 
+    @property
+    def decision(self) -> Decision:
+        return Decision(self.ratios, 1 + self.min_gain)
+
+    @property
+    def unresolved(self) -> bool:
+        """Dropped because the rounds ran out, not because it is proven within noise."""
+        return not self.failed and bool(self.ratios) and self.decision.state == UNRESOLVED
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "knob": self.knob,
@@ -137,6 +153,7 @@ class Contribution:
             else None,
             "rounds": len(self.ratios),
             "min_gain": self.min_gain,
+            "decision": self.decision.to_dict() if self.ratios else None,
             "kept": self.kept,
             "failed": self.failed or None,
         }
@@ -181,6 +198,13 @@ class Reduction:
         return statistics.median(self.ratios) if self.ratios else None
 
     @property
+    def decision(self) -> Decision:
+        """The winner against the reduced config, per round: proven faster by more than
+        the margin (the winner is kept), within noise or unresolved (the reduced config,
+        the simpler, is taken)."""
+        return Decision(tuple(1 / r for r in self.ratios if r), 1 + self.min_gain)
+
+    @property
     def accepted(self) -> bool:
         if self.record is None or not self.record.feasible or not self.ratios:
             return False
@@ -217,6 +241,12 @@ class TuneResult:
     screening: dict[str, Any] | None = None
     # Per knob, the search runs that moved it and what they cost (:func:`knob_costs`).
     knob_time: list[KnobCost] = field(default_factory=list)
+    # How far the baseline moved against itself, run back to back (decisions.noise_floor),
+    # and the gain every decision must prove: the floor, at least search.min_gain.
+    noise_floor: float | None = None
+    margin: float = MIN_GAIN
+    # Per round both ran in: the winner's value over the runner-up's.
+    lead_ratios: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "storage", redact_url(self.storage))
@@ -241,12 +271,14 @@ class TuneResult:
         the highest median paired ratio, and the recommendation is the reduced config when
         that is within noise of the winner; a winner the confirmation pinned
         (``pins["final"]``) stays the winner. Without it, configs rank by their (median)
-        value. ``min_gain``: the median gain a knob must show to stay
-        (``search.min_gain``, see :func:`proven_gain`).
+        value. ``min_gain``: ``search.min_gain``, the least gain a knob must prove to stay;
+        the study's noise floor (:func:`baseline_floor`) raises it.
         """
         raw = trials
         trials = summarize(raw)
         baseline = next((t for t in trials if t.role == BASELINE), None)
+        floor = baseline_floor(raw)
+        min_gain = margin(min_gain, floor)
         conf = confirmation or {}
         by_number = {t.number: t for t in trials}
         finalists = [by_number[n] for n in conf.get("finalists", []) if n in by_number]
@@ -276,17 +308,22 @@ class TuneResult:
             contributions = _contributions(raw, trials, winner, baseline, conf, min_gain)
             reduction = _reduction(raw, trials, winner, conf, min_gain)
         best = reduction.record if reduction is not None and reduction.accepted else winner
+        runner_up = top[1] if len(top) > 1 else None
+        lead = _paired_ratios(raw, winner, runner_up) if winner and runner_up else ()
         return cls(
             study_name=study_name,
             storage=storage,
             trials=trials,
             baseline=baseline,
             best=best,
-            runner_up=top[1] if len(top) > 1 else None,
+            runner_up=runner_up,
             winner=winner,
             contributions=contributions,
             reduction=reduction,
             knob_time=knob_costs(raw),
+            noise_floor=floor,
+            margin=min_gain,
+            lead_ratios=lead,
             **kwargs,
         )
 
@@ -380,11 +417,25 @@ class TuneResult:
         )
 
     @property
+    def lead_decision(self) -> Decision | None:
+        """The winner against the runner-up in the rounds both ran in: proven ahead by
+        more than :attr:`margin`, within noise, or unresolved."""
+        return Decision(self.lead_ratios, 1 + self.margin) if self.lead_ratios else None
+
+    @property
+    def gain_decision(self) -> Decision | None:
+        """The winner against the baseline, per confirmation round."""
+        if self.winner is None or not self.winner.ratios:
+            return None
+        return Decision(self.winner.ratios, 1 + self.margin)
+
+    @property
     def within_noise(self) -> bool | None:
-        """True when the winner's lead over the runner-up is not beyond measurement noise:
-        when confirmed, their ranges of paired ratios overlap."""
-        if self._paired:
-            return max(self.runner_up.ratios) >= min(self.winner.ratios)
+        """True when the winner's lead over the runner-up is not proven beyond the
+        study's margin (:attr:`lead_decision`: within noise, or unresolved)."""
+        decision = self.lead_decision
+        if decision is not None:
+            return decision.state != PROVEN
         if self.lead is None or self.noise is None:
             return None
         return self.lead <= self.noise
@@ -508,6 +559,29 @@ def summarize(trials: list[TrialRecord]) -> list[TrialRecord]:
             )
         )
     return out
+
+
+def baseline_floor(trials: list[TrialRecord]) -> float | None:
+    """The study's noise floor (:func:`autotune.decisions.noise_floor`): the spread of
+    the baseline's first run and its back-to-back repeats (run right after it, outside
+    any confirmation round); ``None`` without repeats."""
+    base = next((t for t in trials if t.role == BASELINE), None)
+    if base is None:
+        return None
+    runs = [base] + [
+        t for t in trials if t.role == REPEAT and t.repeat_of == base.number and t.round is None
+    ]
+    return noise_floor([t.value for t in runs if t.feasible])
+
+
+def _paired_ratios(trials: list[TrialRecord], a: TrialRecord, b: TrialRecord) -> tuple[float, ...]:
+    """Per confirmation round both ran in, ``a``'s value over ``b``'s."""
+    ours, theirs = _round_runs(trials, a.config.key()), _round_runs(trials, b.config.key())
+    return tuple(
+        ours[r].value / theirs[r].value
+        for r in sorted(set(ours) & set(theirs))
+        if ours[r].feasible and theirs[r].feasible and theirs[r].value
+    )
 
 
 def _round_runs(trials: list[TrialRecord], key: str) -> dict[int, TrialRecord]:

@@ -138,14 +138,20 @@ class SearchSettings:
             feasible trial so far by ``prune_margin`` (after ``prune_after`` of its
             measured steps; warm-up and compile are never judged).
         confirm_top: after the budget, measure the baseline and the best ``confirm_top``
-            configs in ``confirm_rounds`` paired rounds (each once per round, in an order
-            that rotates) and rank by the median of their per-round ratios to the baseline.
+            configs in paired rounds (each once per round, in an order that rotates) and
+            rank by the median of their per-round ratios to the baseline.
+        confirm_rounds: the least paired rounds of each plan of the confirmation. Rounds
+            are added while a decision is unresolved (:mod:`autotune.decisions`), up to
+            ``confirm_max_rounds`` and, past the least, ``confirm_max_s`` seconds of the
+            confirmation; a decision still unresolved then goes to the simpler config.
+        noise_runs: right after the baseline, run it this many more times back to back:
+            their spread is the study's noise floor, the least gain any decision must
+            prove (never below ``min_gain``); 0: the floor is ``min_gain``.
         ablate: in the same rounds, measure the winner with each knob that differs from
             the baseline set back to the baseline's value: each knob's contribution. Knobs
             whose contribution is within noise are dropped from the recommendation.
-        min_gain: a knob stays only if the median of its per-round gains is above this
-            (0.03: 3%); raise it on a noisy machine, where a neutral knob may beat it by
-            chance in most rounds.
+        min_gain: a knob stays only if its per-round gains prove more than this (0.03: 3%)
+            or than the study's noise floor, whichever is larger.
         predict_memory: skip a sampled config that the study's memory model (fitted from
             its trials, :mod:`autotune.study.memory`) predicts over the memory budget;
             it is recorded as ``predicted-over-memory`` instead of run.
@@ -162,6 +168,15 @@ class SearchSettings:
     prune_after: float = 0.3
     confirm_top: int = 2
     confirm_rounds: int = 3
+    confirm_max_rounds: int = 8
+    confirm_max_s: float = 600.0
+    noise_runs: int = 2
+
+    @property
+    def max_rounds(self) -> int:
+        """The most paired rounds of one plan (never fewer than the least)."""
+        return max(self.confirm_rounds, self.confirm_max_rounds)
+
     ablate: bool = True
     min_gain: float = 0.03
     predict_memory: bool = True

@@ -477,11 +477,20 @@ def parse_space(data: Any, *, source: str = "<space>", base_dir: Path = Path("."
         prune_after=_fraction,
         confirm_top=_int_at_least(0),
         confirm_rounds=_int_at_least(0),
+        confirm_max_rounds=_int_at_least(0),
+        confirm_max_s=_positive_number(),
+        noise_runs=_int_at_least(0),
         ablate=_boolean,
         min_gain=_below_one,
         predict_memory=_boolean,
         screening=_boolean,
     )
+    given = raw_search if isinstance(raw_search, Mapping) else {}
+    if "confirm_max_rounds" in given and search.confirm_max_rounds < search.confirm_rounds:
+        problems.append(
+            f"search.confirm_max_rounds: must be at least search.confirm_rounds "
+            f"({search.confirm_rounds}) but got {search.confirm_max_rounds}"
+        )
     output_dir = data.get("output_dir", "autotune-runs")
     if not isinstance(output_dir, str) or not output_dir:
         problems.append(f"output_dir: must be a non-empty string but got {output_dir!r}")

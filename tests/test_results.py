@@ -101,9 +101,15 @@ def test_paired_rounds_rank_by_the_median_ratio_and_flag_overlapping_ranges():
     assert result.winner.number == 2 and result.best.number == 2
     assert result.best.ratios == (1.4, 1.5, 1.45) and result.speedup == 1.45
     assert result.best.value == 145.0 and result.best.runs == 3  # the search run is not in it
-    assert result.within_noise is False  # 1.18-1.25 against 1.40-1.50
-    close = TuneResult.from_trials("s", "m", _rounds([120, 142, 125], [140, 150, 130]), conf)
-    assert close.winner.number == 2 and close.within_noise  # 1.20-1.42 overlaps 1.30-1.50
+    assert result.within_noise is False  # ahead by 1.16-1.27x in every round
+    assert result.lead_decision.state == "proven"
+    # Paired, round by round: bs 16 led in round 1, so the lead is not proven in 3 rounds.
+    close = TuneResult.from_trials("s", "m", _rounds([120, 152, 125], [140, 150, 130]), conf)
+    assert close.winner.number == 2 and close.within_noise
+    assert close.lead_decision.state == "unresolved"
+    # Overlapping ranges, yet bs 32 led by more than 3% in each round: proven ahead.
+    apart = TuneResult.from_trials("s", "m", _rounds([120, 142, 125], [140, 150, 130]), conf)
+    assert apart.within_noise is False
 
 
 def test_a_failed_round_run_makes_its_config_infeasible():
@@ -175,13 +181,20 @@ def test_the_time_split_and_the_fixed_cost_come_from_the_same_phases():
     assert round(share, 9) == round(3.1 / 7.6, 9)  # the middle share: the third run's
 
 
-def test_a_knob_is_judged_by_the_median_of_its_rounds_not_its_best_or_worst_round():
-    # A neutral knob with one lucky round: its median is 1.00, not a gain.
+def test_a_knob_is_judged_by_the_interval_of_its_rounds_not_its_best_or_worst_round():
+    # A neutral knob with one lucky round: not a gain.
     assert not proven_gain((0.98, 1.00, 1.25), 0.03)
     assert not Contribution("pin_memory", True, False, (0.98, 1.00, 1.25), min_gain=0.03).kept
-    # A real gain with one disturbed round: its median is 1.04, above 1 + min_gain.
-    assert proven_gain((1.04, 1.05, 0.90), 0.03)
-    assert Contribution("pin_memory", True, False, (1.04, 1.05, 0.90), min_gain=0.03).kept
+    # Three rounds, one disturbed: the median (1.04) is above 1 + min_gain, but 3 rounds
+    # cannot prove it; the knob is unresolved (the confirmation adds rounds).
+    three = Contribution("pin_memory", True, False, (1.04, 1.05, 0.90), min_gain=0.03)
+    assert not three.kept and three.unresolved
+    # Six rounds, one disturbed: the sign test's lower bound (the 2nd smallest) is 1.04.
+    six = (1.04, 1.05, 0.90, 1.06, 1.05, 1.04)
+    assert proven_gain(six, 0.03)
+    assert Contribution("pin_memory", True, False, six, min_gain=0.03).kept
+    # Two disturbed rounds of six: not proven.
+    assert not proven_gain((1.04, 1.05, 0.90, 1.06, 1.05, 0.99), 0.03)
 
 
 def test_aggregate_keeps_the_largest_device_memory_and_any_throttle_of_the_runs():

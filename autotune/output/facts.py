@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..decisions import PROVEN, WITHIN, Decision
 from ..knobs import show
 from ..measurement import TOKENS, Measurement
 from ..mfu import LABEL, MEANING, describe, peak_name, percent, unavailable
@@ -105,15 +106,38 @@ def contribution_text(c: Contribution) -> str:
     if c.median is None:
         return f"{head}: not measured"
     low, high = min(c.ratios), max(c.ratios)
-    verdict = (
-        "kept" if c.kept else f"within noise (median not above {1 + c.min_gain:.2f}x): dropped"
+    return f"{head}: {c.median:.2f}x, range {low:.2f}-{high:.2f}x, {decision_text(c.decision)}"
+
+
+def noise_fact(result: TuneResult) -> Fact:
+    """The study's noise floor and the gain every decision must prove."""
+    if result.noise_floor is None:
+        text = "not measured (search.noise_runs: 0)"
+    else:
+        text = f"{result.noise_floor:.1%} (the baseline against itself, back to back)"
+    return Fact(
+        "noise_floor",
+        "noise floor",
+        f"{text}; a decision needs a gain above {result.margin:.1%} in its paired rounds",
     )
-    return f"{head}: {c.median:.2f}x, range {low:.2f}-{high:.2f}x, {verdict}"
+
+
+def decision_text(d: Decision, win: str = "kept", lose: str = "dropped") -> str:
+    """``kept (interval 1.08-1.12x above 1.03x, 3 rounds)``: a decision of the paired
+    rounds (:mod:`autotune.decisions`), with ``win`` or ``lose`` as its outcome."""
+    bounds = d.interval
+    span = f"interval {bounds[0]:.2f}-{bounds[1]:.2f}x" if bounds else "too few rounds"
+    bar = f"{d.threshold:.2f}x"
+    if d.state == PROVEN:
+        return f"{win} ({span} above {bar}, {d.rounds} rounds)"
+    if d.state == WITHIN:
+        return f"within noise ({span} below {bar}, {d.rounds} rounds): {lose}"
+    return f"unresolved after {d.rounds} rounds ({span} across {bar}): {lose}, the simpler config"
 
 
 def _proof_facts(result: TuneResult) -> list[Fact]:
     """What each knob of the winner contributes, and what was dropped."""
-    facts = []
+    facts = [noise_fact(result)] if result.contributions or result.lead_ratios else []
     if result.contributions:
         text = "; ".join(contribution_text(c) for c in result.contributions)
         facts.append(
@@ -414,13 +438,9 @@ def summary_facts(result: TuneResult) -> list[Fact]:
             )
         )
     if result.within_noise and result.runner_up is not None and result.best is result.winner:
-        up, win = result.runner_up, result.winner
-        if win is not None and win.ratio_range and up.ratio_range:
-            why = (
-                f"their ranges of paired ratios to the baseline overlap "
-                f"({win.ratio_range[0]:.2f}-{win.ratio_range[1]:.2f}x against "
-                f"{up.ratio_range[0]:.2f}-{up.ratio_range[1]:.2f}x)"
-            )
+        up, lead = result.runner_up, result.lead_decision
+        if lead is not None:
+            why = "its lead per round is " + decision_text(lead, "proven", "a tie").split(": ")[0]
         else:
             why = f"within measurement noise ({result.noise:.1%})"
         facts.append(

@@ -146,6 +146,12 @@ def report_data(result: TuneResult, profiles: dict[int, dict[str, Any]]) -> dict
         "aggregation": aggregation_text(best) if best else None,
         "winner": result.winner.number if result.winner else None,
         "contributions": [c.to_dict() for c in result.contributions],
+        "noise_floor": result.noise_floor,
+        "margin": result.margin,
+        "decisions": {
+            "winner_vs_baseline": d.to_dict() if (d := result.gain_decision) else None,
+            "winner_vs_runner_up": d.to_dict() if (d := result.lead_decision) else None,
+        },
         "dropped_knobs": list(result.reduction.knobs)
         if result.reduction and result.best is not result.winner
         else [],

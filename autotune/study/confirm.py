@@ -26,11 +26,13 @@ paired ratios, contributions, the recommendation) is read in :mod:`autotune.resu
 from __future__ import annotations
 
 import hashlib
+import time
 from typing import Any
 
 import optuna
 
 from ..config import Config
+from ..decisions import UNRESOLVED
 from ..knobs import KNOBS
 from ..results import (
     BASELINE,
@@ -110,11 +112,22 @@ def first_round(conf: dict[str, Any], plan: list[Config], rounds: int, used: int
     interrupted confirmation resumes), else the next unused one (``used``: the highest
     round number any run has, or -1). Records new plans in ``conf["plans"]``."""
     plans = conf.setdefault("plans", {})
-    name = hashlib.sha256("|".join(sorted(c.key() for c in plan)).encode()).hexdigest()[:16]
+    name = plan_name(plan)
     if name not in plans:
         ends = [start + n - 1 for start, n in plans.values()]
         plans[name] = [max([used, *ends]) + 1, rounds]
     return plans[name][0]
+
+
+def plan_name(plan: list[Config]) -> str:
+    return hashlib.sha256("|".join(sorted(c.key() for c in plan)).encode()).hexdigest()[:16]
+
+
+def record_rounds(conf: dict[str, Any], plan: list[Config], rounds: int) -> None:
+    """Count ``rounds`` rounds for ``plan`` (recorded by :func:`first_round`): the rounds
+    added while a decision was unresolved, so that the next plan starts after them."""
+    entry = conf["plans"][plan_name(plan)]
+    entry[1] = max(entry[1], rounds)
 
 
 class Confirmation:
@@ -140,6 +153,7 @@ class Confirmation:
         self.notes = notes
         self.reporter = reporter
         self.trials = trials
+        self.started = time.monotonic()  # of the confirmation: its time cap counts from it
 
     def confirm(self, study: optuna.Study) -> None:
         """Paired, rotated rounds after the search (the plans of this module's docstring):
@@ -148,6 +162,7 @@ class Confirmation:
         if search.confirm_top == 0 or search.confirm_rounds == 0:
             return
         self._drop_orphan_runs(study)
+        self.started = time.monotonic()
         summary = summarize(records(study))
         by_number = {t.number: t for t in summary}
         conf = dict(study.user_attrs.get("confirmation", {}))
@@ -254,43 +269,121 @@ class Confirmation:
         )
 
     def _rounds(self, study: optuna.Study, conf: dict[str, Any], plan: list[Config]) -> bool:
-        """Run ``plan`` in ``search.confirm_rounds`` paired rounds, each in a rotated order;
-        runs an interrupted confirmation already made are not made again. False when the
-        rounds were cut short (queued trials of another worker come first)."""
+        """Run ``plan`` in paired rounds, each in a rotated order: ``search.confirm_rounds``
+        of them, then more while a decision on the plan's configs is unresolved
+        (:meth:`_undecided`), up to ``search.confirm_max_rounds`` and, past the least
+        rounds, ``search.confirm_max_s`` seconds of the confirmation. A round past the
+        least runs the baseline and the configs of the unresolved decisions only. Runs an
+        interrupted confirmation already made are not made again. False when the rounds
+        were cut short (queued trials of another worker come first)."""
         plan = unique(plan)
         trials = records(study)
         used = max((t.round for t in trials if t.round is not None), default=-1)
-        rounds = self.space.search.confirm_rounds
-        first = first_round(conf, plan, rounds, used)
+        search = self.space.search
+        first = first_round(conf, plan, search.confirm_rounds, used)
         study.set_user_attr("confirmation", conf)
         done = {(t.round, t.config.key()) for t in trials if t.round is not None}
         originals = measured(trials)
-        for index in range(rounds):
-            number = first + index
-            for config in rotated(plan, index):
-                if (number, config.key()) in done:
+        index = 0
+        while True:
+            if index < search.confirm_rounds:
+                configs = plan
+            else:
+                configs = self._undecided(study, conf, plan)
+                if not configs or not self._more_rounds(conf, plan, index, configs):
+                    return True
+                study.set_user_attr("confirmation", conf)
+            for config in rotated(configs, index):
+                if (first + index, config.key()) in done:
                     continue
                 if waiting_roles(study):
                     self.notes.append("confirmation cut short: other trials are queued")
                     return False
-                original = originals.get(config.key())
-                role = REPEAT if original is not None else CONFIRM
-                attrs: dict[str, Any] = {"role": role, "round": number}
-                if original is not None:
-                    attrs["repeat_of"] = original.number
-                study.enqueue_trial(encode(self.space, config), user_attrs=attrs)
-                trial = study.ask()
-                sample(self.space, trial)
-                record = self.trials.measure(
-                    study,
-                    trial,
-                    config,
-                    repeat_of=original.number if original is not None else None,
-                    round_=number,
-                    cold_compile_s=original.measurement.compile_s if original else None,
-                )
-                if original is None:
-                    originals[config.key()] = record
-                every = records(study)
-                self.reporter.trial(record, best_of(every), baseline_of(every), 0, None)
+                self._run_once(study, config, first + index, originals)
+            index += 1
+
+    def _more_rounds(
+        self, conf: dict[str, Any], plan: list[Config], index: int, configs: list[Config]
+    ) -> bool:
+        """Whether round ``index`` (past the least) may run: under the round and time
+        caps. It is then counted in the plan's rounds; else the note says what stays
+        unresolved."""
+        search = self.space.search
+        spent = time.monotonic() - self.started
+        if index >= search.max_rounds or spent >= search.confirm_max_s:
+            why = (
+                f"after {index} rounds (search.confirm_max_rounds)"
+                if index >= search.max_rounds
+                else f"after {index} rounds: the confirmation's {search.confirm_max_s:.0f} s "
+                "(search.confirm_max_s) are spent"
+            )
+            names = ", ".join(c.short() for c in configs if c != self.space.baseline)
+            self.notes.append(
+                f"unresolved {why}: {names or 'the baseline'}; the simpler config is taken"
+            )
+            return False
+        record_rounds(conf, plan, index + 1)
         return True
+
+    def _undecided(
+        self, study: optuna.Study, conf: dict[str, Any], plan: list[Config]
+    ) -> list[Config]:
+        """The configs of ``plan`` whose decisions are still unresolved
+        (:mod:`autotune.decisions`), with the baseline that pairs them; empty when every
+        decision on the plan's configs is resolved. The decisions: the winner against the
+        baseline and against the runner-up, each ablated knob, the reduced config."""
+        result = self._confirmed(study, conf)
+        keys = {c.key() for c in plan}
+        by_key = {c.key(): c for c in plan}
+        winner, runner_up = result.winner, result.runner_up
+        pairs: list[tuple[Any, list[str]]] = []
+        if winner is not None and winner.config.key() in keys:
+            pairs.append((result.gain_decision, [winner.config.key()]))
+            if runner_up is not None and runner_up.config.key() in keys:
+                pairs.append((result.lead_decision, [winner.config.key(), runner_up.config.key()]))
+            ablated = conf.get("ablations", {}).get(str(winner.number), {})
+            for c in result.contributions:
+                if not c.failed and ablated.get(c.knob) in keys:
+                    pairs.append((c.decision, [winner.config.key(), ablated[c.knob]]))
+            reduced = conf.get("reduced", {}).get(str(winner.number))
+            if result.reduction is not None and reduced and reduced["key"] in keys:
+                pairs.append((result.reduction.decision, [winner.config.key(), reduced["key"]]))
+        wanted: list[str] = []
+        for decision, members in pairs:
+            if decision is not None and decision.state == UNRESOLVED:
+                wanted += [k for k in members if k not in wanted]
+        if not wanted:
+            return []
+        return [
+            by_key[k] for k in dict.fromkeys([self.space.baseline.key(), *wanted]) if k in by_key
+        ]
+
+    def _run_once(
+        self,
+        study: optuna.Study,
+        config: Config,
+        number: int,
+        originals: dict[str, TrialRecord],
+    ) -> None:
+        """Run ``config`` once in round ``number``: a repeat of its search run, or its
+        first run (an ablation, a reduced config)."""
+        original = originals.get(config.key())
+        role = REPEAT if original is not None else CONFIRM
+        attrs: dict[str, Any] = {"role": role, "round": number}
+        if original is not None:
+            attrs["repeat_of"] = original.number
+        study.enqueue_trial(encode(self.space, config), user_attrs=attrs)
+        trial = study.ask()
+        sample(self.space, trial)
+        record = self.trials.measure(
+            study,
+            trial,
+            config,
+            repeat_of=original.number if original is not None else None,
+            round_=number,
+            cold_compile_s=original.measurement.compile_s if original else None,
+        )
+        if original is None:
+            originals[config.key()] = record
+        every = records(study)
+        self.reporter.trial(record, best_of(every), baseline_of(every), 0, None)

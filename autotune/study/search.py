@@ -20,13 +20,25 @@ from __future__ import annotations
 import math
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import optuna
 
 from ..config import Config
-from ..results import CONFIRM, SEARCH, TrialRecord, baseline_of, best_of, ranked, summarize
+from ..decisions import margin
+from ..results import (
+    BASELINE,
+    CONFIRM,
+    REPEAT,
+    SEARCH,
+    TrialRecord,
+    baseline_floor,
+    baseline_of,
+    best_of,
+    ranked,
+    summarize,
+)
 from ..space import Space
 from . import coordination, scoring, screening
 from .coordination import claim, running_keys, waiting_roles
@@ -101,6 +113,7 @@ class Search:
         timeout_s: float | None,
         capabilities: dict[str, Any],
         environment: dict[str, Any],
+        worker_index: int = 0,
     ) -> None:
         self.trials = trials
         self.reporter = reporter
@@ -109,6 +122,7 @@ class Search:
         self.timeout_s = timeout_s
         self.capabilities = capabilities
         self.environment = environment
+        self.worker_index = worker_index
         self.not_compiled = 0
         self.streak = 0  # proposals in a row that measured nothing new
         self.exhausted = False  # no unmeasured config could be found
@@ -126,10 +140,53 @@ class Search:
         ground = Ground.of(study)
         while not self._over(ground, size, start):
             if not waiting_roles(study):  # a queued trial (a retry) comes first
+                if self._noise(study, ground):
+                    ground = Ground.of(study)
+                    continue
                 self._screen(study, ground)
+            self._widen_pruning(ground)
             self._step(study, ground, rng, pool)
             ground = Ground.of(study)
         self._closing_notes(ground, size)
+
+    def _noise(self, study: optuna.Study, ground: Ground) -> bool:
+        """Once the baseline is measured, run it ``search.noise_runs`` more times back to
+        back (:func:`autotune.results.baseline_floor`: the study's noise floor). One run
+        per call; False when none is due. Only the first worker runs them, and they
+        spend no budget (repeats, never pruned)."""
+        base = next((t for t in ground.trials if t.role == BASELINE), None)
+        if self.worker_index or base is None or not base.feasible:
+            return False
+        made = sum(
+            t.role == REPEAT and t.repeat_of == base.number and t.round is None
+            for t in ground.trials
+        )
+        if made >= self.space.search.noise_runs:
+            return False
+        attrs = {"role": REPEAT, "repeat_of": base.number}
+        study.enqueue_trial(encode(self.space, base.config), user_attrs=attrs)
+        trial = study.ask()
+        if trial.user_attrs.get("repeat_of") != base.number:  # not ours: run it as queued
+            self.trials.not_run(study, trial)
+            return False
+        sample(self.space, trial)
+        cold = base.measurement.compile_s  # charged as the confirmation charges a repeat
+        record = self.trials.measure(
+            study, trial, base.config, repeat_of=base.number, cold_compile_s=cold
+        )
+        every = [*ground.trials, record]
+        self.reporter.trial(record, best_of(every), baseline_of(every), ground.done, None)
+        return True
+
+    def _widen_pruning(self, ground: Ground) -> None:
+        """A trial is pruned only when it trails the best by more than twice the noise
+        floor (and ``search.prune_margin``): on a noisy machine, a config unlucky in its
+        first steps is not a slow one."""
+        search = self.space.search
+        floor = baseline_floor(ground.trials)
+        if floor is not None and 2 * floor > search.prune_margin:
+            widened = replace(search, prune_margin=round(2 * floor, 4))
+            self.trials.space = replace(self.space, search=widened)
 
     def _over(self, ground: Ground, size: int, start: float) -> bool:
         if self.n_trials is not None and ground.done >= self.n_trials:
@@ -276,7 +333,8 @@ class Search:
             for t in study.get_trials(deepcopy=False)
             if screening.MOVE in t.user_attrs
         }
-        begin = screening.starts(ground.trials, search.min_gain) or [self.space.baseline]
+        gain = margin(search.min_gain, baseline_floor(ground.trials))
+        begin = screening.starts(ground.trials, gain) or [self.space.baseline]
         found = screening.next_move(self.space, plan, begin, made, ground.taken)
         if found is not None:
             move, config = found

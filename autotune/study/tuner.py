@@ -166,6 +166,7 @@ class Tuner:
                 timeout_s=self.timeout_s,
                 capabilities=self.capabilities,
                 environment=self.environment,
+                worker_index=self.worker_index,
             ).run(study)
             if not self.worker_index:  # paired rounds need the machine to themselves
                 Confirmation(

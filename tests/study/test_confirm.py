@@ -26,7 +26,7 @@ SPACE = """
       gradient_checkpointing: [false, true]
     baseline: {batch_size: 8, zero_grad_set_to_none: false}
     global_batch: 32
-    search: {sampler: grid, confirm_top: 2, confirm_rounds: 3, seed: 0, prune: false}
+    search: {sampler: grid, confirm_top: 2, confirm_rounds: 3, seed: 0, prune: false, noise_runs: 0}
     budget: {n_trials: 16}
 """
 
@@ -450,3 +450,106 @@ def test_the_time_per_knob_is_what_the_search_runs_cost_not_their_rounds(write_s
     for c in costs.values():
         assert c.run_s == pytest.approx(30.0 * c.trials)
         assert c.compile_s == pytest.approx(25.0 * c.trials)
+
+
+# --- Sequential rounds and the noise floor (issue 41) ---------------------------------
+
+STEADY = {
+    "batch_size": 2.0,
+    "num_workers": 1.2,
+    "zero_grad_set_to_none": 0.9,  # the baseline's value wins: not in the winner
+    "gradient_checkpointing": 1.0,  # its effect is the backend's, round by round
+}
+
+
+class RoundByRound(ReplayBackend):
+    """The table's rates; a config with gradient checkpointing runs at ``first`` times
+    its rate in its search run and ``seq[r]`` times in its ``r``-th run after it (the
+    confirmation's rounds). Every such config runs once per round, so in round ``r``
+    checkpointing is worth exactly ``seq[r]``."""
+
+    def __init__(self, table: dict, seq: list[float], first: float = 1.05) -> None:
+        super().__init__(table)
+        self.seq, self.first = seq, first
+
+    def run_trial(self, space, config, folder, best_value=None):
+        m = super().run_trial(space, config, folder, best_value)
+        if not config.gradient_checkpointing:
+            return m
+        n = self.calls.count(config) - 1  # 0: its search run
+        return m.replace(samples_per_s=m.samples_per_s * (self.seq[n - 1] if n else self.first))
+
+
+def _sequential(write_space, tmp_path, seq, extra=""):
+    text = SPACE.replace("noise_runs: 0}", "noise_runs: 0" + extra + "}")
+    space = load_space(write_space(text))
+    backend = RoundByRound(_table(STEADY), seq)
+    result = tune(space, storage="memory", out_dir=tmp_path, backend=backend)
+    ckpt = next(c for c in result.contributions if c.knob == "gradient_checkpointing")
+    runs = {key: backend.calls.count(c) for key, c in {c.key(): c for c in backend.calls}.items()}
+    return result, ckpt, backend, runs
+
+
+def test_the_rounds_stop_at_the_least_on_a_clear_gain(write_space, tmp_path):
+    result, ckpt, backend, _ = _sequential(write_space, tmp_path, [1.10] * 8)
+    assert result.winner.config.gradient_checkpointing
+    assert ckpt.kept and ckpt.decision.state == "proven" and len(ckpt.ratios) == 3
+    assert all(len(c.ratios) == 3 for c in result.contributions)
+    assert not any("unresolved" in n for n in result.notes)
+
+
+def test_the_rounds_go_on_while_a_knob_is_a_close_call(write_space, tmp_path):
+    # Round 2 disturbed: 3 rounds cannot prove 1.10 (the interval's floor is 0.99); 6 can
+    # (one round of six may fall below).
+    result, ckpt, backend, runs = _sequential(write_space, tmp_path, [1.10, 0.99] + [1.10] * 6)
+    assert len(ckpt.ratios) == 6 and ckpt.kept and ckpt.decision.state == "proven"
+    # Past the least rounds only the baseline and the close call's configs run again.
+    bs_ablation = Config(
+        **{**result.winner.config.to_dict(), "batch_size": 8, "accumulation_steps": 4}
+    )
+    assert runs[bs_ablation.key()] == 1 + 3
+    assert runs[result.winner.config.key()] == 1 + 6
+    assert result.best.config.gradient_checkpointing  # kept in the recommendation
+
+
+def test_a_knob_still_unresolved_at_the_round_cap_is_dropped_and_said_so(write_space, tmp_path):
+    seq = [1.10, 0.99] * 6
+    result, ckpt, _, _ = _sequential(write_space, tmp_path, seq, ", confirm_max_rounds: 5")
+    assert len(ckpt.ratios) == 5 and ckpt.unresolved and not ckpt.kept
+    assert any(n.startswith("unresolved after 5 rounds") for n in result.notes)
+    assert not result.best.config.gradient_checkpointing  # the simpler config
+    data = report_data(result, {})
+    (entry,) = [c for c in data["contributions"] if c["knob"] == "gradient_checkpointing"]
+    assert entry["decision"]["state"] == "unresolved" and entry["decision"]["rounds"] == 5
+
+
+class NoisyBaseline(RoundByRound):
+    """As :class:`RoundByRound`; the baseline's second run (its first back-to-back
+    repeat, the noise floor's) is ``dip`` times its rate."""
+
+    def __init__(self, table: dict, seq: list[float], dip: float) -> None:
+        super().__init__(table, seq)
+        self.dip = dip
+
+    def run_trial(self, space, config, folder, best_value=None):
+        m = super().run_trial(space, config, folder, best_value)
+        if config == space.baseline and self.calls.count(config) == 2:
+            return m.replace(samples_per_s=m.samples_per_s * self.dip)
+        return m
+
+
+@pytest.mark.parametrize("dip, kept", [(1.0, True), (0.88, False)])
+def test_the_noise_floor_moves_the_keep_threshold(write_space, tmp_path, dip, kept):
+    """Checkpointing is worth 8% in every round: kept on a quiet machine (margin 3%,
+    search.min_gain), dropped where the baseline moved 12% against itself."""
+    text = SPACE.replace("noise_runs: 0}", "noise_runs: 2}")
+    space = load_space(write_space(text))
+    backend = NoisyBaseline(_table(STEADY), [1.08] * 8, dip)
+    result = tune(space, storage="memory", out_dir=tmp_path, backend=backend)
+    assert backend.calls[:3] == [space.baseline] * 3  # the baseline, then its 2 repeats
+    ckpt = next(c for c in result.contributions if c.knob == "gradient_checkpointing")
+    assert ckpt.kept is kept and len(ckpt.ratios) == 3  # resolved either way at 3 rounds
+    floor = 0.0 if dip == 1.0 else 0.12
+    assert result.noise_floor == pytest.approx(floor)
+    assert result.margin == pytest.approx(max(0.03, floor))
+    assert report_data(result, {})["noise_floor"] == pytest.approx(floor)

@@ -23,7 +23,7 @@ SPACE = """
     knobs: {batch_size: [4, 8, 16, 32], num_workers: [0, 1], gradient_checkpointing: [false, true]}
     baseline: {batch_size: 8}
     global_batch: 32
-    search: {sampler: SAMPLER, confirm_top: CONFIRM, seed: 3}
+    search: {sampler: SAMPLER, confirm_top: CONFIRM, seed: 3, noise_runs: 0}
     budget: {n_trials: 16}
 """
 
@@ -169,7 +169,7 @@ def _layout_space(write_space, baseline: str):
         knobs: {{length_grouping: ["off", grouped]}}
         baseline: {baseline}
         global_batch: 8
-        search: {{sampler: grid, confirm_top: 0, prune: false}}
+        search: {{sampler: grid, confirm_top: 0, prune: false, noise_runs: 0}}
     """)
     )
 
@@ -231,7 +231,7 @@ def test_record_a_real_study_then_replay_it(write_space, tmp_path):
         baseline: {batch_size: 16}
         global_batch: 32
         trial: {warmup_steps: 1, measured_steps: 3}
-        search: {sampler: grid, confirm_top: 0, prune: false}
+        search: {sampler: grid, confirm_top: 0, prune: false, noise_runs: 0}
         budget: {n_trials: 3}
     """)
     )
@@ -256,7 +256,7 @@ def test_a_clearly_slower_trial_is_pruned(write_space, tmp_path):
         baseline: {batch_size: 8}
         global_batch: free
         trial: {warmup_steps: 2, measured_steps: 600, timeout_s: 120}
-        search: {prune: true, prune_after: 0.3, prune_margin: 0.2, confirm_top: 0}
+        search: {prune: true, prune_after: 0.3, prune_margin: 0.2, confirm_top: 0, noise_runs: 0}
         budget: {n_trials: 2}
     """)
     result = tune(space, storage=f"sqlite:///{tmp_path}/s.db", out_dir=tmp_path / "runs")

@@ -1,0 +1,114 @@
+"""Decisions on paired rounds: an interval on the median ratio, read against a threshold.
+
+Each decision of the confirmation (a knob kept or dropped, the winner against the
+runner-up, the reduced config against the winner) and of ``autotune verify`` compares
+paired per-round ratios with a threshold. It is *resolved* when an interval on the median
+ratio lies wholly on one side of the threshold, and *unresolved* while it straddles it.
+
+The interval is the sign test's (order statistics): with ``n`` rounds, the ``k``-th
+smallest ratio is below the true median with probability ``1 - P(Bin(n, 1/2) <= k - 1)``.
+Each bound is taken at one-sided confidence :data:`CONFIDENCE` (87.5%), the least at
+which 3 rounds can decide (all 3 on one side: ``1 - 1/8``). Why the sign test and not a
+bootstrap or a t-interval: it assumes nothing of the ratios' distribution (one disturbed
+round moves one order statistic, not a mean), and it is honest at 3-8 rounds, where a
+bootstrap of the median only reshuffles the few values it has and claims more than they
+hold. Rounds are added while a decision is unresolved (the confirmation, verify), so the
+chance of a wrong call over all looks is above the 12.5% of one look; docs/confirmation.md
+says what that costs.
+
+The *noise floor* of a study (:func:`noise_floor`) is how far the baseline moved against
+itself when run back to back; the threshold a gain must clear is ``1 + margin`` with
+:func:`margin` the larger of the floor and the user's ``search.min_gain``.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+CONFIDENCE = 0.875
+PROVEN = "proven"  # the interval lies above the threshold
+WITHIN = "within noise"  # the interval lies below it
+UNRESOLVED = "unresolved"  # the interval straddles it (or too few rounds to judge)
+
+
+def bound_rank(n: int, confidence: float = CONFIDENCE) -> int:
+    """The rank ``k`` (1-based) of the order statistic that bounds the median at
+    ``confidence`` one-sided with ``n`` values; 0 when ``n`` values cannot."""
+    k, tail = 0, 0.0
+    for j in range(n):  # P(Bin(n, 1/2) <= j)
+        tail += math.comb(n, j) / 2**n
+        if tail > 1 - confidence + 1e-12:
+            break
+        k = j + 1
+    return k
+
+
+def interval(ratios: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float] | None:
+    """The sign test's interval on the median of ``ratios``: each bound at one-sided
+    ``confidence``; ``None`` with too few values (under 3 at the default)."""
+    values = sorted(ratios)
+    k = bound_rank(len(values), confidence)
+    if k == 0:
+        return None
+    return values[k - 1], values[len(values) - k]
+
+
+def decide(ratios: Sequence[float], threshold: float) -> str:
+    """:data:`PROVEN` when the interval lies above ``threshold``, :data:`WITHIN` when it
+    lies below, else :data:`UNRESOLVED`."""
+    bounds = interval(ratios)
+    if bounds is None:
+        return UNRESOLVED
+    if bounds[0] > threshold:
+        return PROVEN
+    if bounds[1] < threshold:
+        return WITHIN
+    return UNRESOLVED
+
+
+def noise_floor(values: Sequence[float]) -> float | None:
+    """How far one config's back-to-back runs moved against each other: their range over
+    their median (0.06: the slowest was 6% below the fastest's level); ``None`` with fewer
+    than 2 runs."""
+    values = [v for v in values if v and math.isfinite(v)]
+    if len(values) < 2:
+        return None
+    median = statistics.median(values)
+    return (max(values) - min(values)) / median if median > 0 else None
+
+
+def margin(min_gain: float, floor: float | None) -> float:
+    """The gain a decision must prove: the noise floor, never below ``min_gain``."""
+    return max(min_gain, floor or 0.0)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One decision on paired ratios: ``ratios`` per round against ``threshold``."""
+
+    ratios: tuple[float, ...]
+    threshold: float
+
+    @property
+    def state(self) -> str:
+        return decide(self.ratios, self.threshold)
+
+    @property
+    def rounds(self) -> int:
+        return len(self.ratios)
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        return interval(self.ratios)
+
+    def to_dict(self) -> dict[str, object]:
+        bounds = self.interval
+        return {
+            "state": self.state,
+            "rounds": self.rounds,
+            "threshold": round(self.threshold, 4),
+            "interval": None if bounds is None else [round(b, 4) for b in bounds],
+        }
