@@ -98,7 +98,17 @@ def _parser() -> argparse.ArgumentParser:
     ver.add_argument("--study-name")
     ver.add_argument("--out", help="the run folder given to `run` (runs go to OUT/STUDY/verify/)")
     ver.add_argument(
-        "--rounds", type=int, default=3, help="paired rounds, the order alternating (default: 3)"
+        "--rounds",
+        type=int,
+        default=3,
+        help="the least paired rounds, the order alternating (default: 3); more run while "
+        "the error's interval crosses an edge of the ±5%% goal",
+    )
+    ver.add_argument(
+        "--max-rounds",
+        type=int,
+        default=None,
+        help="the most paired rounds (default: 8, at least --rounds)",
     )
     ver.add_argument(
         "--steps-factor",
@@ -301,7 +311,7 @@ def _verify(args: argparse.Namespace) -> int:
     def on_run(run: VerifyRun, index: int, total: int) -> None:
         console.print(escape(run_line(run, index, total)), soft_wrap=True)
 
-    check_arguments(args.rounds, args.steps_factor, args.timeout)
+    check_arguments(args.rounds, args.steps_factor, args.timeout, args.max_rounds)
     space = load_space(args.space)
 
     def on_start(result: TuneResult) -> None:
@@ -311,6 +321,7 @@ def _verify(args: argparse.Namespace) -> int:
             escape(
                 f"autotune: verifying study {result.study_name} "
                 f"in {redact_url(space.storage_url(args.storage))}: {args.rounds} paired rounds"
+                " or more, until the error is resolved"
             ),
             soft_wrap=True,
         )
@@ -321,6 +332,7 @@ def _verify(args: argparse.Namespace) -> int:
         study_name=args.study_name,
         out_dir=args.out,
         rounds=args.rounds,
+        max_rounds=args.max_rounds,
         steps_factor=args.steps_factor,
         endless=args.endless,
         timeout_s=args.timeout,

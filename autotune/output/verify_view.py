@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.markup import escape
 
-from ..study.verify import BASELINE, TOLERANCE, Verification, VerifyRun
+from ..study.verify import BASELINE, BEYOND, TOLERANCE, WITHIN, Verification, VerifyRun
 from .console import make_console
 
 
@@ -21,6 +21,24 @@ def run_line(run: VerifyRun, index: int, total: int) -> str:
         f"{head}: {run.rate:,.1f} {run.unit}/s ({run.steps} steps in {run.window_s:.2f} s, "
         f"warm-up {run.warmup_s:.2f} s{extra})"
     )
+
+
+def verdict_text(v: Verification) -> str:
+    """``within the ±5% goal: the error's interval -2.1%..+3.0% (sign test, 87.5% each
+    side), 3 rounds``; unresolved, the rounds it took and why it stopped."""
+    goal = f"±{TOLERANCE:.0%} goal"
+    bounds = v.error_interval
+    span = (
+        f"the error's interval {bounds[0]:+.1%}..{bounds[1]:+.1%} (sign test, 87.5% each side)"
+        if bounds
+        else "too few complete rounds to bound the error"
+    )
+    if v.verdict == WITHIN:
+        return f"within the {goal}: {span}, {v.rounds} rounds"
+    if v.verdict == BEYOND:
+        return f"beyond the {goal}: {span}, {v.rounds} rounds"
+    cap = " (--max-rounds)" if v.rounds >= v.max_rounds else ""
+    return f"unresolved after {v.rounds} rounds{cap}: {span} crosses an edge of the {goal}"
 
 
 def verification_lines(v: Verification) -> list[str]:
@@ -58,10 +76,7 @@ def verification_lines(v: Verification) -> list[str]:
             f"range {values[0]:.3f}x-{values[-1]:.3f}x)"
         )
     if v.error is not None:
-        verdict = "within" if v.within_tolerance else "beyond"
-        lines.append(
-            f"error: {v.error:+.1%} (observed / predicted - 1; {verdict} the ±{TOLERANCE:.0%} goal)"
-        )
+        lines.append(f"error: {v.error:+.1%} (observed / predicted - 1); {verdict_text(v)}")
     if v.spread is not None and v.spread > TOLERANCE:
         lines.append(
             f"note: the rounds' ratios lay within ±{v.spread:.1%} of their median, wider than "

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..decisions import interval
 from ..errors import ArgumentError, StorageError, make_folder
 from ..measurement import FAILED, OK, TOKENS, compile_estimate_s
 from ..planned import Plan
@@ -36,6 +37,10 @@ from .storage import load_result
 
 BASELINE, RECOMMENDED = "baseline", "recommended"
 DEFAULT_ROUNDS = 3
+# Rounds are added past the least while the error's interval straddles the goal's edge.
+DEFAULT_MAX_ROUNDS = 8
+# The verdicts: the error's interval inside the goal, outside it, or across its edge.
+WITHIN, BEYOND, UNRESOLVED = "within", "beyond", "unresolved"
 DEFAULT_STEPS_FACTOR = 10
 # The goal for the prediction: the observed speedup within 5% of the predicted one.
 TOLERANCE = 0.05
@@ -86,8 +91,9 @@ class VerifyRun:
 class Verification:
     """Predicted against observed speedup of a study's recommended config.
 
-    ``runs`` are in the order they ran. ``same_config`` means the recommendation is the
-    baseline itself: nothing was run.
+    ``runs`` are in the order they ran; ``rounds`` is how many ran: at least
+    ``min_rounds``, more while the verdict was unresolved, at most ``max_rounds``.
+    ``same_config`` means the recommendation is the baseline itself: nothing was run.
     """
 
     study_name: str
@@ -105,6 +111,8 @@ class Verification:
     runs: list[VerifyRun] = field(default_factory=list)
     folder: Path | None = None
     same_config: bool = False
+    min_rounds: int = DEFAULT_ROUNDS
+    max_rounds: int = DEFAULT_MAX_ROUNDS
 
     def ratios(self) -> list[tuple[int, float]]:
         """(round, recommended value / baseline value) of every round whose two runs
@@ -132,8 +140,35 @@ class Verification:
         return self.observed / self.predicted - 1
 
     @property
+    def error_interval(self) -> tuple[float, float] | None:
+        """The sign test's interval on the median ratio (:func:`autotune.decisions.interval`)
+        as an error against the prediction; ``None`` with too few rounds to bound it."""
+        bounds = interval([ratio for _, ratio in self.ratios()])
+        if bounds is None or not self.predicted:
+            return None
+        return bounds[0] / self.predicted - 1, bounds[1] / self.predicted - 1
+
+    @property
+    def verdict(self) -> str | None:
+        """:data:`WITHIN` when the error's interval lies inside ±:data:`TOLERANCE`,
+        :data:`BEYOND` when it lies wholly outside, :data:`UNRESOLVED` while it straddles
+        an edge (or too few rounds completed); ``None`` without a prediction."""
+        if self.error is None:
+            return None
+        bounds = self.error_interval
+        if bounds is None:
+            return UNRESOLVED
+        low, high = bounds
+        if -TOLERANCE <= low and high <= TOLERANCE:
+            return WITHIN
+        if high < -TOLERANCE or low > TOLERANCE:
+            return BEYOND
+        return UNRESOLVED
+
+    @property
     def within_tolerance(self) -> bool | None:
-        return None if self.error is None else abs(self.error) <= TOLERANCE
+        """True within the goal, False beyond it, ``None`` unresolved (:attr:`verdict`)."""
+        return {WITHIN: True, BEYOND: False}.get(self.verdict or "")
 
     @property
     def spread(self) -> float | None:
@@ -165,6 +200,10 @@ class Verification:
             "error": self.error,
             "tolerance": TOLERANCE,
             "within_tolerance": self.within_tolerance,
+            "verdict": self.verdict,
+            "error_interval": list(self.error_interval) if self.error_interval else None,
+            "min_rounds": self.min_rounds,
+            "max_rounds": self.max_rounds,
             "spread": self.spread,
             "ratios": [{"round": n, "ratio": ratio} for n, ratio in ratios],
             "rounds": self.rounds,
@@ -198,10 +237,18 @@ def run_child(
     )
 
 
-def check_arguments(rounds: int, steps_factor: int, timeout_s: float | None = None) -> None:
+def check_arguments(
+    rounds: int, steps_factor: int, timeout_s: float | None = None, max_rounds: int | None = None
+) -> None:
     """Reject out-of-range arguments at once, naming the argument."""
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise ArgumentError(f"rounds must be an integer >= 1 but got {rounds!r}")
+    if max_rounds is not None and (
+        isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < rounds
+    ):
+        raise ArgumentError(
+            f"max_rounds must be an integer >= rounds ({rounds}) but got {max_rounds!r}"
+        )
     if isinstance(steps_factor, bool) or not isinstance(steps_factor, int) or steps_factor < 1:
         raise ArgumentError(f"steps_factor must be an integer >= 1 but got {steps_factor!r}")
     if timeout_s is not None and not timeout_s > 0:  # NaN fails too
@@ -215,6 +262,7 @@ def verify(
     study_name: str | None = None,
     out_dir: str | Path | None = None,
     rounds: int = DEFAULT_ROUNDS,
+    max_rounds: int | None = None,
     steps_factor: int = DEFAULT_STEPS_FACTOR,
     endless: bool = False,
     timeout_s: float | None = None,
@@ -229,7 +277,10 @@ def verify(
         storage, study_name: where the study is (default: the space's).
         out_dir: the run folder given to ``autotune run`` (default: the space's
             ``output_dir``); runs go to ``<out_dir>/<study>/verify/``.
-        rounds: paired rounds; each runs both configs once, the first one alternating.
+        rounds: the least paired rounds; each runs both configs once, the first one
+            alternating. More run while the verdict is unresolved (:attr:`Verification.verdict`).
+        max_rounds: the most rounds (default: :data:`DEFAULT_MAX_ROUNDS`, at least
+            ``rounds``); ``max_rounds=rounds`` runs exactly ``rounds``.
         steps_factor: each run times this many times the trial's ``measured_steps``.
         endless: stream the trials' seeded permutations instead of epochs.
         timeout_s: per run (default: the trial's ``timeout_s`` times ``steps_factor``).
@@ -244,7 +295,7 @@ def verify(
         ArgumentError: an argument is out of range.
         StorageError: no such study, or it holds no feasible baseline or recommendation.
     """
-    check_arguments(rounds, steps_factor, timeout_s)
+    check_arguments(rounds, steps_factor, timeout_s, max_rounds)
     _, result = load_result(space, storage, study_name)
     if on_start is not None:
         on_start(result)
@@ -254,6 +305,7 @@ def verify(
         result,
         runs_dir / "verify",
         rounds=rounds,
+        max_rounds=max_rounds,
         steps_factor=steps_factor,
         endless=endless,
         timeout_s=timeout_s,
@@ -269,6 +321,7 @@ def verify_result(
     folder: Path,
     *,
     rounds: int = DEFAULT_ROUNDS,
+    max_rounds: int | None = None,
     steps_factor: int = DEFAULT_STEPS_FACTOR,
     endless: bool = False,
     timeout_s: float | None = None,
@@ -283,7 +336,7 @@ def verify_result(
         ArgumentError: an argument is out of range.
         StorageError: the result has no feasible baseline or recommendation.
     """
-    check_arguments(rounds, steps_factor, timeout_s)
+    check_arguments(rounds, steps_factor, timeout_s, max_rounds)
     base, best = _pair(result)
     trial = space.trial
     verification = Verification(
@@ -301,6 +354,8 @@ def verify_result(
         planned=Plan.of(trial),
         folder=folder,
         same_config=best.number == base.number or best.config == base.config,
+        min_rounds=rounds,
+        max_rounds=max_rounds if max_rounds is not None else max(rounds, DEFAULT_MAX_ROUNDS),
     )
     if verification.same_config:
         return verification
@@ -324,24 +379,34 @@ def verify_result(
     }
     if lengths_path is not None and lengths_path.is_file():
         spec["lengths_path"] = str(lengths_path.resolve())
-    order = [(r, role) for r in range(1, rounds + 1) for role in _roles(r)]
     runs: list[VerifyRun] = []
-    for i, (r, role) in enumerate(order):
-        record = base if role == BASELINE else best
-        run_folder = folder / f"r{r}-{role}"
-        payload = run(
-            {**spec, "config": record.config.to_dict()},
-            run_folder,
-            timeout,
-            trial.memory_cap_bytes(),
-        )
-        done = _verify_run(r, role, record, payload, run_folder, result.unit, space)
-        runs.append(done)
-        if on_run is not None:
-            on_run(done, i + 1, len(order))
-    verification = replace(verification, runs=runs)
+    number = 0
+    while _more(verification, number):
+        number += 1
+        for role in _roles(number):
+            record = base if role == BASELINE else best
+            run_folder = folder / f"r{number}-{role}"
+            payload = run(
+                {**spec, "config": record.config.to_dict()},
+                run_folder,
+                timeout,
+                trial.memory_cap_bytes(),
+            )
+            done = _verify_run(number, role, record, payload, run_folder, result.unit, space)
+            runs.append(done)
+            verification = replace(verification, runs=list(runs), rounds=number)
+            if on_run is not None:
+                on_run(done, len(runs), 2 * max(rounds, number))
     (folder / "verify.json").write_text(json.dumps(verification.to_dict(), indent=1))
     return verification
+
+
+def _more(v: Verification, done: int) -> bool:
+    """Whether another round runs after ``done``: up to the least, then while the verdict
+    is unresolved, up to the most."""
+    if done < v.min_rounds:
+        return True
+    return done < v.max_rounds and v.verdict == UNRESOLVED
 
 
 def _roles(number: int) -> tuple[str, str]:
