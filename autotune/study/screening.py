@@ -10,7 +10,7 @@ best feasible config measured so far (the baseline until a move beats it), so a 
 found early carries into the next moves (:func:`incumbent`); expensive knobs (a cold compile of many
 seconds) come last and are judged on the best layout found so far, never on a config
 that lost. Then the model-based sampler (TPE) continues with the screening as its
-history (:meth:`autotune.study.tuner.Tuner._search`).
+history (:class:`autotune.study.search.Search`).
 
 The plan is made once, when the baseline is measured, and kept in the study's user attr
 :data:`ATTR` (order, reasons, profile); each screening trial carries its move in the user
