@@ -18,7 +18,13 @@ from . import runner
 
 
 class TrialBackend(Protocol):
-    """Runs the probe, trials and profiles of a study."""
+    """Runs the probe, trials and profiles of a study.
+
+    ``noisy``: whether two runs of one config can differ (a machine runs them); a study
+    measures its noise floor only then (``search.noise_runs``).
+    """
+
+    noisy: bool
 
     def probe(self, space: Space, folder: Path) -> dict[str, Any]:
         """Capabilities and environment of the trial machine (``capabilities``,
@@ -42,6 +48,8 @@ class TrialBackend(Protocol):
 
 class SubprocessBackend:
     """Each run in a fresh subprocess (``python -m autotune.trial``)."""
+
+    noisy = True
 
     def probe(self, space: Space, folder: Path) -> dict[str, Any]:
         return runner.probe(space, folder)

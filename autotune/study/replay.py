@@ -55,7 +55,11 @@ class ReplayBackend:
     Attributes:
         calls: the configs asked for, in order (each a real run in a live study).
         references: indexes into ``calls`` of the accuracy guard's reference runs.
+        noisy: False: a config answers the same every time, so a replayed study measures
+            no noise floor (a subclass that varies its answers sets it).
     """
+
+    noisy = False
 
     def __init__(self, table: str | Path | dict[str, Any], baseline: Config | None = None) -> None:
         if not isinstance(table, dict):

@@ -157,6 +157,8 @@ class Search:
         base = next((t for t in ground.trials if t.role == BASELINE), None)
         if self.worker_index or base is None or not base.feasible:
             return False
+        if not getattr(self.trials.backend, "noisy", True):  # a replay: nothing to measure
+            return False
         made = sum(
             t.role == REPEAT and t.repeat_of == base.number and t.round is None
             for t in ground.trials

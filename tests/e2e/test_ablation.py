@@ -57,7 +57,8 @@ def test_the_neutral_knob_is_dropped_and_the_two_that_matter_stay(write_space, t
         assert result.winner.config == reduced and result.reduction is None
         assert set(by_knob) == {"batch_size", "num_workers"}
     # The two that matter stay, each worth well over the noise (2x each by construction).
-    assert all(len(c.ratios) == 3 for c in by_knob.values())
+    # At least the 3 rounds, more while a decision was unresolved (search.confirm_max_rounds).
+    assert all(3 <= len(c.ratios) <= space.search.max_rounds for c in by_knob.values())
     assert by_knob["batch_size"].kept and by_knob["batch_size"].median > 1.5
     assert by_knob["num_workers"].kept and by_knob["num_workers"].median > 1.3
     doc = yaml.safe_load(result.best_config_path.read_text())

@@ -58,6 +58,8 @@ def test_verify_runs_paired_rounds_and_prints_predicted_observed_and_error(write
         str(runs),
         "--rounds",
         "2",
+        "--max-rounds",
+        "2",
         "--steps-factor",
         "2",
         cwd=tmp_path,
@@ -84,7 +86,7 @@ def test_verify_runs_paired_rounds_and_prints_predicted_observed_and_error(write
     observed, low, high = _number(
         r"^observed speedup: ([\d.]+)x \(median of 2 rounds, range ([\d.]+)x-([\d.]+)x\)$", text
     )
-    (error_pct,) = _number(r"^error: ([+-][\d.]+)% \(observed / predicted - 1; ", text)
+    (error_pct,) = _number(r"^error: ([+-][\d.]+)% \(observed / predicted - 1\); ", text)
     assert (
         "run length: 8 optimizer steps (2x the trial's 4 measured steps) after 1 warm-up step,"
         in text

@@ -527,6 +527,8 @@ class NoisyBaseline(RoundByRound):
     """As :class:`RoundByRound`; the baseline's second run (its first back-to-back
     repeat, the noise floor's) is ``dip`` times its rate."""
 
+    noisy = True  # its answers vary: the study measures its noise floor
+
     def __init__(self, table: dict, seq: list[float], dip: float) -> None:
         super().__init__(table, seq)
         self.dip = dip
