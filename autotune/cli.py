@@ -126,7 +126,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     ver.add_argument("--json", action="store_true", help="print the verification as JSON")
 
-    sub.add_parser("knobs", help="list the knobs a space can tune")
+    kn = sub.add_parser("knobs", help="list the knobs a space can tune")
+    kn.add_argument(
+        "--markdown", action="store_true", help="print docs/knobs.md: the knobs as a table"
+    )
     return p
 
 
@@ -347,8 +350,11 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _knobs(args: argparse.Namespace) -> int:
-    from .knobs import KNOBS, show
+    from .knobs import KNOBS, markdown, show
 
+    if args.markdown:
+        print(markdown(), end="")
+        return 0
     for knob in KNOBS.values():
         print(f"{knob.name:24} default {show(knob.default):8} [{knob.domain}]  {knob.help}")
     return 0
