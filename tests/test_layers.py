@@ -35,6 +35,7 @@ TOP_LEVEL = {
     # values: neither torch nor optuna; they cross the process boundary
     "autotune.config": "values",
     "autotune.credentials": "values",
+    "autotune.decisions": "values",
     "autotune.errors": "values",
     "autotune.host": "values",
     "autotune.knobs": "values",
