@@ -1,7 +1,8 @@
 """The package's layers (docs/architecture.md): what may import what.
 
-values (knobs, config, space, ...: each listed in TOP_LEVEL) <- frameworks/ (Trainer and Lightning: their names,
-adapters, loops and argument mapping; torch and the frameworks only inside functions)
+values (knobs, config, space, ...: each listed in TOP_LEVEL) <- frameworks/ (Trainer and
+Lightning: their names, adapters, loops and argument mapping; torch and the frameworks only
+inside functions)
 values, frameworks <- trial/ (the trial process, torch)
 values <- study/ (the driver, optuna) <- output/ (terminal, HTML, exports) <- cli
 Nothing but the lazy public API in ``autotune/__init__.py`` names ``trial/``: the driver
