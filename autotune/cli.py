@@ -20,7 +20,21 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="autotune", description=__doc__)
     p.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     sub = p.add_subparsers(dest="command", required=True)
+    for add in (
+        _add_run,
+        _add_validate,
+        _add_show,
+        _add_report,
+        _add_export,
+        _add_verify,
+        _add_knobs,
+    ):
+        add(sub)  # one function per command, in the order `autotune --help` lists them
+    return p
 
+
+def _add_run(sub: argparse._SubParsersAction) -> None:
+    """The ``autotune run`` command and its flags."""
     run = sub.add_parser("run", help="search a space and recommend the fastest config")
     run.add_argument("space", help="space file (YAML)")
     run.add_argument("--n-trials", type=int, help="distinct configs to measure (overrides budget)")
@@ -39,6 +53,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--no-summary", action="store_true", help=argparse.SUPPRESS)
 
+
+def _add_validate(sub: argparse._SubParsersAction) -> None:
+    """The ``autotune validate`` command and its flags."""
     val = sub.add_parser(
         "validate",
         help="check a space file, then build its workload and run one step on the CPU",
@@ -50,11 +67,17 @@ def _parser() -> argparse.ArgumentParser:
         help="check the space file only (do not import or build the workload)",
     )
 
+
+def _add_show(sub: argparse._SubParsersAction) -> None:
+    """The ``autotune show`` command and its flags."""
     show = sub.add_parser("show", help="summarise a stored study")
     show.add_argument("space", help="the space file the study was run from")
     show.add_argument("--storage", help=STORAGE_HELP)
     show.add_argument("--study-name")
 
+
+def _add_report(sub: argparse._SubParsersAction) -> None:
+    """The ``autotune report`` command and its flags."""
     rep = sub.add_parser(
         "report", help="summary, plots and bottleneck analysis of a stored study (HTML + PNG)"
     )
@@ -76,6 +99,9 @@ def _parser() -> argparse.ArgumentParser:
         "--profile-steps", type=int, default=5, help="optimizer steps under the profiler"
     )
 
+
+def _add_export(sub: argparse._SubParsersAction) -> None:
+    """The ``autotune export`` command and its flags."""
     exp = sub.add_parser("export", help="the best config for a trainer: yaml, json, hf, ...")
     exp.add_argument("source", help="a best_config.yaml, or a space file (its study's best)")
     exp.add_argument(
@@ -89,6 +115,9 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--storage", help="with a space file: " + STORAGE_HELP)
     exp.add_argument("--study-name", help="with a space file: the study name")
 
+
+def _add_verify(sub: argparse._SubParsersAction) -> None:
+    """The ``autotune verify`` command and its flags."""
     ver = sub.add_parser(
         "verify",
         help="run baseline and recommendation longer, in paired rounds: predicted vs observed",
@@ -126,8 +155,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     ver.add_argument("--json", action="store_true", help="print the verification as JSON")
 
-    sub.add_parser("knobs", help="list the knobs a space can tune")
-    return p
+
+def _add_knobs(sub: argparse._SubParsersAction) -> None:
+    """The ``autotune knobs`` command and its flags."""
+    kn = sub.add_parser("knobs", help="list the knobs a space can tune")
+    kn.add_argument(
+        "--markdown", action="store_true", help="print docs/knobs.md: the knobs as a table"
+    )
 
 
 def _worker_index(args: argparse.Namespace) -> int:
@@ -347,8 +381,11 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _knobs(args: argparse.Namespace) -> int:
-    from .knobs import KNOBS, show
+    from .knobs import KNOBS, markdown, show
 
+    if args.markdown:
+        print(markdown(), end="")
+        return 0
     for knob in KNOBS.values():
         print(f"{knob.name:24} default {show(knob.default):8} [{knob.domain}]  {knob.help}")
     return 0

@@ -87,6 +87,9 @@ class Knob:
         means: given the capabilities and a value, the value it stands for (``pack_length``
             0 is the workload's own): a listed value that means another listed one is
             dropped with a note, so that one run is not measured twice.
+        applied: how :func:`autotune.apply` applies it, in words (``docs/knobs.md``).
+        needs: where it applies and what it needs, in words (``docs/knobs.md``); the
+            checks themselves are ``unsupported``, ``requires`` and ``mistake``.
     """
 
     name: str
@@ -99,6 +102,8 @@ class Knob:
     requires: Callable[[Mapping[str, Any]], str | None] = lambda values: None
     mistake: Callable[[Capabilities, Any], str | None] = lambda caps, value: None
     means: Callable[[Capabilities, Any], Any] = lambda caps, value: value
+    applied: str = ""
+    needs: str = ""
 
     def normalize(self, value: Any) -> Any:
         """Return ``value`` in canonical form, or raise ``ValueError`` saying what is allowed."""
@@ -368,6 +373,7 @@ KNOBS: dict[str, Knob] = {
             32,
             "samples per forward/backward (micro-batch); larger is faster until memory runs out",
             minimum=1,
+            applied="DataLoader `batch_size` (the micro-batch)",
         ),
         Knob(
             "accumulation_steps",
@@ -375,6 +381,8 @@ KNOBS: dict[str, Knob] = {
             1,
             "micro-batches per optimizer step; lets a small micro-batch reach a large global batch",
             minimum=1,
+            applied="micro-batches per optimizer step",
+            needs="derived when `global_batch` is fixed",
         ),
         Knob(
             "amp_dtype",
@@ -383,6 +391,8 @@ KNOBS: dict[str, Knob] = {
             "autocast dtype; bf16/fp16 are faster on tensor cores but change the numerics",
             choices=AMP_DTYPES,
             unsupported=_amp_unsupported,
+            applied="`torch.autocast`; fp16 adds a `GradScaler`",
+            needs="dtypes the device autocasts",
         ),
         Knob(
             "num_workers",
@@ -391,6 +401,8 @@ KNOBS: dict[str, Knob] = {
             "DataLoader worker processes; hide data loading behind compute, cost CPU and memory",
             minimum=0,
             unsupported=_workers_unsupported,
+            applied="DataLoader `num_workers`",
+            needs="at most the CPU count",
         ),
         Knob(
             "pin_memory",
@@ -398,6 +410,8 @@ KNOBS: dict[str, Knob] = {
             False,
             "DataLoader returns page-locked batches: faster, async host-to-GPU copies (CUDA)",
             unsupported=_cuda_only,
+            applied="DataLoader `pin_memory`",
+            needs="CUDA",
         ),
         Knob(
             "persistent_workers",
@@ -406,6 +420,11 @@ KNOBS: dict[str, Knob] = {
             "keep DataLoader workers across epochs (needs num_workers > 0); saves the "
             "re-spawn at each epoch, which a trial (one endless epoch) cannot see",
             requires=_with_workers,
+            applied="DataLoader `persistent_workers`",
+            needs=(
+                "needs `num_workers > 0`; saves the worker re-spawn at each epoch, which a "
+                "trial (one endless epoch) cannot see: set it, do not search it"
+            ),
         ),
         Knob(
             "prefetch_factor",
@@ -415,6 +434,8 @@ KNOBS: dict[str, Knob] = {
             "costs memory",
             minimum=1,
             requires=_with_workers,
+            applied="DataLoader `prefetch_factor`",
+            needs="needs `num_workers > 0`",
         ),
         Knob(
             "packing",
@@ -427,6 +448,15 @@ KNOBS: dict[str, Knob] = {
             choices=PACKING,
             unsupported=_packing_unsupported,
             mistake=_packing_mistake,
+            applied=(
+                "packed: samples + EOS concatenated into rows of `pack_length`; only the "
+                "last row of a micro-batch padded; isolated: whole samples in rows (first "
+                "fit), positions restart and attention stays within each sample"
+            ),
+            needs=(
+                "token workloads with `Tokens(causal_lm=True, eos_id, pack_length)` for "
+                "packed, `Tokens(causal_lm=True, isolated=...)` for isolated (else an error)"
+            ),
         ),
         Knob(
             "pack_length",
@@ -438,6 +468,15 @@ KNOBS: dict[str, Knob] = {
             requires=_needs("packing", lambda v: v != "off", "other than off"),
             mistake=_pack_length_mistake,
             means=lambda caps, value: value or caps.pack_length,
+            applied=(
+                "tokens in a packed row; 0 is the workload's `Tokens.pack_length`; a value"
+                " above the model's context (`Tokens.context`, a transformers config's "
+                "`max_position_embeddings`) is an error"
+            ),
+            needs=(
+                "needs `packing` other than off; ignored by `isolated='flat'` (one row per "
+                "micro-batch)"
+            ),
         ),
         Knob(
             "length_grouping",
@@ -449,6 +488,12 @@ KNOBS: dict[str, Knob] = {
             choices=LENGTH_GROUPING,
             unsupported=_grouping_unsupported,
             requires=_needs("packing", lambda v: v == "off", "off"),
+            applied=(
+                "each mega-batch of 50 optimizer steps of the seeded stream sorted by "
+                "length (HF's `group_by_length`): batches of similar length, little "
+                "padding; every micro-batch size sees the same samples per step"
+            ),
+            needs="token workloads (`Workload.tokens`); needs `packing: off`",
         ),
         Knob(
             "pad_to_multiple_of",
@@ -459,6 +504,11 @@ KNOBS: dict[str, Knob] = {
             minimum=1,
             unsupported=_pad_multiple_unsupported,
             requires=_needs("packing", lambda v: v == "off", "off"),
+            applied=(
+                "autotune's collate pads the batch length up to a multiple (8/64: tensor "
+                "cores, fewer compile shapes)"
+            ),
+            needs="token workloads without their own `collate_fn`; needs `packing: off`",
         ),
         Knob(
             "non_blocking",
@@ -466,6 +516,8 @@ KNOBS: dict[str, Knob] = {
             False,
             "copy batches to the GPU asynchronously (pays off with pin_memory; CUDA)",
             unsupported=_cuda_only,
+            applied="`tensor.to(device, non_blocking=True)` for each batch",
+            needs="CUDA",
         ),
         Knob(
             "cudnn_benchmark",
@@ -473,6 +525,8 @@ KNOBS: dict[str, Knob] = {
             False,
             "let cuDNN time its convolution algorithms; faster for fixed input shapes",
             unsupported=_cuda_only,
+            applied="`torch.backends.cudnn.benchmark` (process-wide)",
+            needs="CUDA",
         ),
         Knob(
             "matmul_precision",
@@ -482,6 +536,8 @@ KNOBS: dict[str, Knob] = {
             "faster fp32 matmuls for fewer mantissa bits",
             choices=MATMUL_PRECISIONS,
             unsupported=_matmul_unsupported,
+            applied="`torch.set_float32_matmul_precision` (process-wide); high = TF32 on CUDA",
+            needs="values that change an fp32 matmul on this device",
         ),
         Knob(
             "channels_last",
@@ -490,6 +546,8 @@ KNOBS: dict[str, Knob] = {
             "NHWC memory format for the model and 4-d inputs; faster convolutions on tensor "
             "cores and oneDNN (conv workloads only)",
             unsupported=_channels_last_unsupported,
+            applied="model and 4-d float inputs in `torch.channels_last`",
+            needs="workloads that run 2-d convolutions",
         ),
         Knob(
             "sdpa_backend",
@@ -499,6 +557,10 @@ KNOBS: dict[str, Knob] = {
             "reference; flash/efficient/cudnn are fused kernels (attention workloads only)",
             choices=SDPA_BACKENDS,
             unsupported=_sdpa_unsupported,
+            applied="forward and loss under `torch.nn.attention.sdpa_kernel`",
+            needs=(
+                "workloads that call `scaled_dot_product_attention`; backends torch can run here"
+            ),
         ),
         Knob(
             "compile_mode",
@@ -507,6 +569,8 @@ KNOBS: dict[str, Knob] = {
             "torch.compile mode; faster steps for a one-off compile time",
             choices=COMPILE_MODES,
             unsupported=_compile_unsupported,
+            applied="`torch.compile(mode=...)`",
+            needs="a C++ compiler on CPU; reduce-overhead needs CUDA",
         ),
         Knob(
             "compile_dynamic",
@@ -516,6 +580,8 @@ KNOBS: dict[str, Knob] = {
             "shapes, false specialises (faster kernels, recompiles), auto = after a change",
             choices=COMPILE_DYNAMIC,
             requires=_with_compile,
+            applied="`torch.compile(dynamic=None/True/False)`",
+            needs="needs `compile_mode` other than off",
         ),
         Knob(
             "compile_fullgraph",
@@ -524,6 +590,8 @@ KNOBS: dict[str, Knob] = {
             "torch.compile fullgraph (needs compile_mode): one graph or fail; a graph break "
             "becomes a recorded failure instead of a slow fallback",
             requires=_with_compile,
+            applied="`torch.compile(fullgraph=True)`: a graph break is a recorded failure",
+            needs="needs `compile_mode` other than off",
         ),
         Knob(
             "gradient_checkpointing",
@@ -531,6 +599,8 @@ KNOBS: dict[str, Knob] = {
             False,
             "recompute block activations in backward; less memory for more compute",
             unsupported=_checkpoint_unsupported,
+            applied="`torch.utils.checkpoint` around the workload's `blocks`",
+            needs="workloads with `blocks`",
         ),
         Knob(
             "world_size",
@@ -540,6 +610,12 @@ KNOBS: dict[str, Knob] = {
             "fsdp; global samples/s is scored",
             minimum=1,
             unsupported=_world_size_unsupported,
+            applied=(
+                "processes per trial (`torch.distributed.run`; one per GPU, gloo on the "
+                "CPU); each takes every N-th sample of the one stream; global samples/s is"
+                " scored, the peak memory judged is the largest of the ranks'"
+            ),
+            needs="GPUs visible (CUDA) or CPU count",
         ),
         Knob(
             "fsdp",
@@ -553,6 +629,12 @@ KNOBS: dict[str, Knob] = {
             unsupported=_fsdp_unsupported,
             requires=_needs("world_size", lambda v: v > 1, "> 1"),
             mistake=_fsdp_mistake,
+            applied=(
+                "FSDP2 `fully_shard` instead of DDP: `blocks` shards each of the "
+                "workload's `blocks`, then the root; `root` the whole model as one group; "
+                "the optimizer is built after sharding"
+            ),
+            needs="needs `world_size > 1`; `blocks` needs `Workload.blocks` (else an error)",
         ),
         Knob(
             "fsdp_reshard_after_forward",
@@ -561,6 +643,11 @@ KNOBS: dict[str, Knob] = {
             "free the gathered parameters after forward and gather them again in backward "
             "(needs fsdp): less memory for one more all-gather per step",
             requires=_with_fsdp,
+            applied=(
+                "`fully_shard(reshard_after_forward=...)`: false keeps gathered weights "
+                "until backward (more memory, one all-gather less)"
+            ),
+            needs="needs `fsdp`",
         ),
         Knob(
             "fsdp_param_dtype",
@@ -574,6 +661,12 @@ KNOBS: dict[str, Knob] = {
             requires=_all(
                 _with_fsdp, _needs("amp_dtype", lambda v: v != "fp16", "other than fp16")
             ),
+            applied=(
+                "`MixedPrecisionPolicy(param_dtype=..., reduce_dtype=...)`: bf16 "
+                "all-gathers/computes or reduce-scatters in bf16, the sharded weights stay"
+                " fp32"
+            ),
+            needs="need `fsdp`; `fsdp_param_dtype: bf16` not with `amp_dtype: fp16`",
         ),
         Knob(
             "fsdp_reduce_dtype",
@@ -584,6 +677,12 @@ KNOBS: dict[str, Knob] = {
             choices=FSDP_DTYPES,
             unsupported=_fsdp_dtype_unsupported,
             requires=_with_fsdp,
+            applied=(
+                "`MixedPrecisionPolicy(param_dtype=..., reduce_dtype=...)`: bf16 "
+                "all-gathers/computes or reduce-scatters in bf16, the sharded weights stay"
+                " fp32"
+            ),
+            needs="need `fsdp`; `fsdp_param_dtype: bf16` not with `amp_dtype: fp16`",
         ),
         Knob(
             "fsdp_cpu_offload",
@@ -593,6 +692,10 @@ KNOBS: dict[str, Knob] = {
             "optimizer state live in pinned host memory, the optimizer steps on the CPU",
             unsupported=_cpu_offload_unsupported,
             requires=_with_fsdp,
+            applied=(
+                "`CPUOffloadPolicy()`: shards, gradients and optimizer state in pinned host memory"
+            ),
+            needs="needs `fsdp`; CUDA",
         ),
         Knob(
             "ddp_bucket_cap_mb",
@@ -601,6 +704,13 @@ KNOBS: dict[str, Knob] = {
             "DDP gradient bucket size; bigger buckets mean fewer, larger all-reduces",
             minimum=1,
             requires=_with_ddp,
+            applied=(
+                "`DistributedDataParallel(...)` arguments; with a static graph every "
+                "micro-batch all-reduces (DDP's `no_sync` fails under one: "
+                "pytorch/pytorch#143580), and the hf and lightning exports leave it out "
+                "when the config accumulates"
+            ),
+            needs="need `world_size > 1` and `fsdp: off`",
         ),
         Knob(
             "ddp_gradient_as_bucket_view",
@@ -608,6 +718,13 @@ KNOBS: dict[str, Knob] = {
             False,
             "gradients alias DDP's buckets: saves a copy and the memory of one gradient",
             requires=_with_ddp,
+            applied=(
+                "`DistributedDataParallel(...)` arguments; with a static graph every "
+                "micro-batch all-reduces (DDP's `no_sync` fails under one: "
+                "pytorch/pytorch#143580), and the hf and lightning exports leave it out "
+                "when the config accumulates"
+            ),
+            needs="need `world_size > 1` and `fsdp: off`",
         ),
         Knob(
             "ddp_static_graph",
@@ -615,6 +732,13 @@ KNOBS: dict[str, Knob] = {
             False,
             "promise DDP the graph never changes: enables its static-graph optimisations",
             requires=_with_ddp,
+            applied=(
+                "`DistributedDataParallel(...)` arguments; with a static graph every "
+                "micro-batch all-reduces (DDP's `no_sync` fails under one: "
+                "pytorch/pytorch#143580), and the hf and lightning exports leave it out "
+                "when the config accumulates"
+            ),
+            needs="need `world_size > 1` and `fsdp: off`",
         ),
         Knob(
             "checkpoint_every",
@@ -625,6 +749,8 @@ KNOBS: dict[str, Knob] = {
             minimum=1,
             unsupported=_checkpoint_every_unsupported,
             requires=_needs("gradient_checkpointing", bool, "true"),
+            applied="checkpoint blocks 0, k, 2k, ...",
+            needs="needs `gradient_checkpointing`; k at most the block count",
         ),
         Knob(
             "jit",
@@ -638,6 +764,8 @@ KNOBS: dict[str, Knob] = {
                 _needs("gradient_checkpointing", lambda v: not v, "false"),
                 _needs("fsdp", lambda v: v == "off", "off"),
             ),
+            applied="`torch.jit.script`, or `torch.jit.trace` on the first batch",
+            needs="needs `compile_mode: off` and no checkpointing; deprecated in recent torch",
         ),
         Knob(
             "optimizer_impl",
@@ -647,6 +775,11 @@ KNOBS: dict[str, Knob] = {
             "fused runs one kernel per step, for-loop is one parameter at a time",
             choices=OPTIMIZER_IMPLS,
             unsupported=_optimizer_impl_unsupported,
+            applied=(
+                "the workload's optimizer rebuilt with `foreach=`/`fused=` (same class, "
+                "groups, hyper-parameters)"
+            ),
+            needs="what the optimizer class accepts on this device",
         ),
         Knob(
             "zero_grad_set_to_none",
@@ -654,6 +787,7 @@ KNOBS: dict[str, Knob] = {
             True,
             "zero_grad frees gradients (true) instead of filling them with zeros; less memory "
             "traffic",
+            applied="`optimizer.zero_grad(set_to_none=...)`",
         ),
         Knob(
             "num_threads",
@@ -663,6 +797,8 @@ KNOBS: dict[str, Knob] = {
             "DataLoader workers",
             minimum=0,
             unsupported=_threads_unsupported,
+            applied="`torch.set_num_threads` in the trial process",
+            needs="at most the CPU count",
         ),
         Knob(
             "interop_threads",
@@ -671,6 +807,45 @@ KNOBS: dict[str, Knob] = {
             "torch.set_num_interop_threads (inter-op pool, set once per process), 0 = default",
             minimum=0,
             unsupported=_threads_unsupported,
+            applied="`torch.set_num_interop_threads`, before the workload is built",
+            needs="at most the CPU count; once per process",
         ),
     )
 }
+
+
+KNOB_TABLE_COMMAND = "autotune knobs --markdown > docs/knobs.md"
+
+
+def markdown() -> str:
+    """``docs/knobs.md``: a table of every knob of :data:`KNOBS`, generated (never edit the
+    file by hand: ``tests/test_knobs.py`` fails when it differs from this)."""
+    cell = lambda text: text.replace("|", "\\|")  # noqa: E731
+    rows = [
+        f"| `{k.name}` | {cell(k.domain)} | {cell(show(k.default))} | {cell(k.help)} "
+        f"| {cell(k.applied)} | {cell(k.needs)} |"
+        for k in KNOBS.values()
+    ]
+    return "\n".join(
+        [
+            "# Knobs",
+            "",
+            f"<!-- generated from autotune.knobs.KNOBS by `{KNOB_TABLE_COMMAND}`: "
+            "do not edit by hand -->",
+            "",
+            f"Generated from `autotune.knobs.KNOBS` by `{KNOB_TABLE_COMMAND}`; "
+            "`tests/test_knobs.py` fails when this file is stale. "
+            f"{len(KNOBS)} knobs. `autotune knobs` prints the same list in the terminal.",
+            "",
+            "Every knob is applied by `autotune.apply`, the code the trials ran; a value that "
+            "cannot take effect on the trial device or workload (found by the probe trial, "
+            "which asks torch by trying) is dropped with a note instead of being searched. "
+            "Knobs that need another knob are searched only where their condition holds and "
+            "keep their default elsewhere.",
+            "",
+            "| knob | values | default | what it trades | applied as | only where / needs |",
+            "| --- | --- | --- | --- | --- | --- |",
+            *rows,
+            "",
+        ]
+    )

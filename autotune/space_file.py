@@ -373,6 +373,66 @@ def parse_space(data: Any, *, source: str = "<space>", base_dir: Path = Path("."
     for key in data:
         if key not in _TOP_KEYS:
             problems.append(_unknown("", str(key), _TOP_KEYS))
+    workload, workload_args = _parse_workload(data, problems)
+    device = data.get("device", "auto")
+    if device not in DEVICES:
+        problems.append(f"device: must be one of {', '.join(DEVICES)} but got {device!r}")
+    knobs = _parse_knobs(data.get("knobs"), problems)
+    baseline_values = _parse_baseline(data.get("baseline"), problems)
+    trial, late_notes = _parse_trial(data.get("trial"), problems)
+    budget = _section(
+        data.get("budget"),
+        Budget,
+        "budget",
+        problems,
+        n_trials=_int_at_least(1, optional=True),
+        timeout_s=_positive_number(optional=True),
+    )
+    study = _parse_study(data.get("study"), problems)
+    search, renamed = _parse_search(data.get("search"), problems)
+    output_dir = data.get("output_dir", "autotune-runs")
+    if not isinstance(output_dir, str) or not output_dir:
+        problems.append(f"output_dir: must be a non-empty string but got {output_dir!r}")
+    if budget.n_trials is None and budget.timeout_s is None:
+        problems.append("budget: set n_trials, timeout_s or both (otherwise the study never ends)")
+    limits = _parse_limits(data.get("limits"), problems)
+    if problems:
+        raise SpaceError([f"{source}: {p}" for p in problems])
+
+    baseline = _baseline_config(knobs, baseline_values, source)
+    notes: list[str] = [*renamed, *late_notes]
+    global_batch = _fix_global_batch(data, knobs, baseline, problems, notes)
+    if problems:
+        raise SpaceError([f"{source}: {p}" for p in problems])
+    if global_batch is not None:
+        baseline = baseline.replace(
+            accumulation_steps=global_batch // (baseline.batch_size * baseline.world_size)
+        )
+    _add_baseline_candidates(knobs, baseline)
+    space = Space(
+        workload=workload,
+        knobs=knobs,
+        baseline=baseline,
+        workload_args=dict(workload_args),
+        device=device,
+        trial=trial,
+        budget=budget,
+        study=study,
+        search=search,
+        output_dir=output_dir,
+        base_dir=base_dir,
+        source=source,
+        limits=limits,
+        global_batch=global_batch,
+        notes=tuple(notes),
+        data=dict(data),
+    )
+    _refuse_values_that_never_apply(space, source)
+    return space
+
+
+def _parse_workload(data: Mapping[str, Any], problems: list[str]) -> tuple[Any, Mapping]:
+    """``workload`` and ``workload_args`` (``{}`` when they are not plain data)."""
     workload = data.get("workload")
     if workload is None:
         problems.append("workload: is required ('module:function' or 'path/file.py:function')")
@@ -389,12 +449,11 @@ def parse_space(data: Any, *, source: str = "<space>", base_dir: Path = Path("."
     except (TypeError, ValueError) as e:
         problems.append(f"workload_args: must be plain data (strings, numbers, lists) but {e}")
         workload_args = {}
-    device = data.get("device", "auto")
-    if device not in DEVICES:
-        problems.append(f"device: must be one of {', '.join(DEVICES)} but got {device!r}")
-    knobs = _parse_knobs(data.get("knobs"), problems)
-    baseline_values = _parse_baseline(data.get("baseline"), problems)
-    trial_raw = data.get("trial")
+    return workload, workload_args
+
+
+def _parse_trial(trial_raw: Any, problems: list[str]) -> tuple[TrialSettings, list[str]]:
+    """The ``trial:`` section, and the notes it leaves for after the checks."""
     memory_cap = TrialSettings.memory_cap
     if isinstance(trial_raw, Mapping) and "memory_cap" in trial_raw:
         trial_raw = dict(trial_raw)
@@ -431,15 +490,11 @@ def parse_space(data: Any, *, source: str = "<space>", base_dir: Path = Path("."
             "trial.cost_per_hour is set without a planned length (trial.planned_steps, "
             "planned_samples or planned_tokens): no run's cost is projected"
         )
-    budget = _section(
-        data.get("budget"),
-        Budget,
-        "budget",
-        problems,
-        n_trials=_int_at_least(1, optional=True),
-        timeout_s=_positive_number(optional=True),
-    )
-    study_raw = data.get("study")
+    return trial, late_notes
+
+
+def _parse_study(study_raw: Any, problems: list[str]) -> StudySettings:
+    """The ``study:`` section; its storage may name an environment variable."""
     storage_env = None
     if isinstance(study_raw, Mapping) and isinstance(study_raw.get("storage"), Mapping):
         study_raw = dict(study_raw)
@@ -456,13 +511,18 @@ def parse_space(data: Any, *, source: str = "<space>", base_dir: Path = Path("."
     )
     if storage_env is not None:
         study = replace(study, storage_env=storage_env)
-    raw_search = data.get("search")
+    return study
+
+
+def _parse_search(raw_search: Any, problems: list[str]) -> tuple[SearchSettings, list[str]]:
+    """The ``search:`` section, and a note for each key under its first release's name."""
     renamed = []
     if isinstance(raw_search, Mapping) and "confirm_repeats" in raw_search:
         # The first release's name: repeats after the first run, now paired rounds.
+        repeats = raw_search["confirm_repeats"]
         raw_search = {k: v for k, v in raw_search.items() if k != "confirm_repeats"}
         if "confirm_rounds" not in raw_search:
-            raw_search["confirm_rounds"] = data["search"]["confirm_repeats"]
+            raw_search["confirm_rounds"] = repeats
         renamed.append("search.confirm_repeats is now search.confirm_rounds (paired rounds)")
     search = _section(
         raw_search,
@@ -491,15 +551,13 @@ def parse_space(data: Any, *, source: str = "<space>", base_dir: Path = Path("."
             f"search.confirm_max_rounds: must be at least search.confirm_rounds "
             f"({search.confirm_rounds}) but got {search.confirm_max_rounds}"
         )
-    output_dir = data.get("output_dir", "autotune-runs")
-    if not isinstance(output_dir, str) or not output_dir:
-        problems.append(f"output_dir: must be a non-empty string but got {output_dir!r}")
-    if budget.n_trials is None and budget.timeout_s is None:
-        problems.append("budget: set n_trials, timeout_s or both (otherwise the study never ends)")
-    limits = _parse_limits(data.get("limits"), problems)
-    if problems:
-        raise SpaceError([f"{source}: {p}" for p in problems])
+    return search, renamed
 
+
+def _baseline_config(
+    knobs: Mapping[str, tuple], baseline_values: Mapping[str, Any], source: str
+) -> Config:
+    """The baseline: PyTorch's defaults, the fixed knobs, then the file's ``baseline:``."""
     fixed = {k: v[0] for k, v in knobs.items() if len(v) == 1}
     try:
         # A fixed knob that is inactive in the baseline (prefetch_factor while num_workers
@@ -508,44 +566,25 @@ def parse_space(data: Any, *, source: str = "<space>", base_dir: Path = Path("."
         values = resolve_inactive(
             {**Config().to_dict(), **fixed, **baseline_values}, keep=baseline_values
         )
-        baseline = Config(**values)
+        return Config(**values)
     except AutotuneError as e:  # an invalid combination of fixed/baseline knobs
         raise SpaceError(f"{source}: baseline: {str(e).removeprefix('config: ')}") from None
-    notes: list[str] = [*renamed, *late_notes]
-    global_batch = _fix_global_batch(data, knobs, baseline, problems, notes)
-    if problems:
-        raise SpaceError([f"{source}: {p}" for p in problems])
-    if global_batch is not None:
-        baseline = baseline.replace(
-            accumulation_steps=global_batch // (baseline.batch_size * baseline.world_size)
-        )
-    # The user's current setting is always a candidate, so the baseline lies in the space
-    # (unless the knob is inactive there: then its value is no setting of the user's).
+
+
+def _add_baseline_candidates(knobs: dict[str, tuple], baseline: Config) -> None:
+    """The user's current setting is always a candidate, so the baseline lies in the space
+    (unless the knob is inactive there: then its value is no setting of the user's)."""
     current = baseline.to_dict()
     for name, value in current.items():
         if name in knobs and value not in knobs[name] and KNOBS[name].requires(current) is None:
             merged = [*knobs[name], value]
             knobs[name] = tuple(sorted(merged)) if KNOBS[name].ordinal else tuple(merged)
-    space = Space(
-        workload=workload,
-        knobs=knobs,
-        baseline=baseline,
-        workload_args=dict(workload_args),
-        device=device,
-        trial=trial,
-        budget=budget,
-        study=study,
-        search=search,
-        output_dir=output_dir,
-        base_dir=base_dir,
-        source=source,
-        limits=limits,
-        global_batch=global_batch,
-        notes=tuple(notes),
-        data=dict(data),
-    )
+
+
+def _refuse_values_that_never_apply(space: Space, source: str) -> None:
+    """An invalid combination: listed values that would never run are an error."""
     never = never_apply(space)
-    if never:  # an invalid combination: these values would never run
+    if never:
         raise SpaceError(
             [
                 f"{source}: knobs.{name}: {_values(space.knobs[name], name)} can never apply: "
@@ -553,7 +592,6 @@ def parse_space(data: Any, *, source: str = "<space>", base_dir: Path = Path("."
                 for name, reason in never.items()
             ]
         )
-    return space
 
 
 def with_workload_baseline(space: Space, values: Mapping[str, Any], workload: str) -> Space:

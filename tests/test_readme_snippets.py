@@ -1,6 +1,7 @@
 """The README's Python snippets run as a user would paste them (issue 43).
 
-Every fenced ``python`` block of the README, and every inline statement of the form
+Every fenced ``python`` block of the README and of the ``docs/`` pages its depth moved to
+(issue 40), and every inline statement of the form
 ``name = autotune.something(...)``, runs in a fresh interpreter (so that nothing another
 test imported, ``autotune.hf`` above all, is there already) after a plain
 ``import autotune``. What a snippet leaves to the reader is filled in with small real
@@ -21,6 +22,8 @@ import pytest
 from conftest import ROOT
 
 README = ROOT / "README.md"
+# The README and the docs/ pages that took its depth (issue 40): their snippets run too.
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
 STATEMENT = re.compile(r"`(\w+ = autotune\.[^`]*)`")
 CONFIG = "autotune-runs/cpu/best_config.yaml"  # where the README's snippets load it from
@@ -79,19 +82,24 @@ FILLED = {
 
 
 def snippets() -> list[tuple[str, str]]:
-    """(where, code) of each README snippet: the fenced blocks and inline statements."""
-    text = README.read_text()
-    line = lambda pos: text.count("\n", 0, pos) + 1  # noqa: E731
-    found = [(f"README.md:{line(m.start())}", m.group(1)) for m in BLOCK.finditer(text)]
-    found += [(f"README.md:{line(m.start())}", m.group(1)) for m in STATEMENT.finditer(text)]
+    """(where, code) of each snippet of :data:`PAGES`: the fenced blocks and inline
+    statements."""
+    found = []
+    for page in PAGES:
+        text, name = page.read_text(), page.relative_to(ROOT)
+        line = lambda pos, text=text: text.count("\n", 0, pos) + 1  # noqa: E731
+        found += [(f"{name}:{line(m.start())}", m.group(1)) for m in BLOCK.finditer(text)]
+        found += [(f"{name}:{line(m.start())}", m.group(1)) for m in STATEMENT.finditer(text)]
     return found
 
 
 def test_the_readme_has_the_snippets_this_file_runs():
     codes = [code for _, code in snippets()]
     assert len(codes) >= 5
-    assert any("autotune.hf.apply(trainer" in c for c in codes)
-    assert any("autotune.apply(" in c and "load_config(" in c for c in codes)
+    readme = [code for where, code in snippets() if where.startswith("README.md:")]
+    assert any("autotune.hf.apply(trainer" in c for c in readme)
+    assert any("autotune.apply(" in c and "load_config(" in c for c in readme)
+    assert any("autotune.Tokens(" in c for c in codes)  # moved to docs/workload.md
 
 
 @pytest.mark.parametrize(("where", "code"), snippets(), ids=[w for w, _ in snippets()])

@@ -166,6 +166,15 @@ def hf_training_arguments(
         r.notes.append("measured on the CPU: use_cpu=True keeps the Trainer on the CPU")
     amp = r.take("amp_dtype", "fp32")
     kw["bf16"], kw["fp16"] = amp == "bf16", amp == "fp16"
+    _hf_loader(r, kw)
+    _hf_compute(r, kw, device)
+    _hf_fsdp(r, kw, block_types)
+    _hf_processes(r, kw)
+    return r.finish({"TrainingArguments": kw})
+
+
+def _hf_loader(r: _Rules, kw: dict[str, Any]) -> None:
+    """The DataLoader's knobs and length grouping as ``TrainingArguments`` fields."""
     workers = r.take("num_workers", 0)
     kw["dataloader_num_workers"] = workers
     # TrainingArguments pins memory by default; autotune measured without unless told.
@@ -184,6 +193,10 @@ def hf_training_arguments(
             "group_by_length=True); it sorts mega-batches of 50 micro-batches by length, "
             "autotune sorted 50 optimizer steps (the same idea)"
         )
+
+
+def _hf_compute(r: _Rules, kw: dict[str, Any], device: str | None) -> None:
+    """Compile, checkpointing, matmul precision and the optimizer's implementation."""
     kw["torch_compile"], mode = _compile(r)
     if mode:
         kw["torch_compile_mode"] = mode
@@ -210,7 +223,10 @@ def hf_training_arguments(
         r.notes.append("optimizer_impl fused -> optim='adamw_torch_fused' assumes AdamW")
     elif "optimizer_impl" in r and r.values["optimizer_impl"] != "default":
         r.cannot("optimizer_impl", f"{HF} (optim picks optimizer and implementation together)")
-    _hf_fsdp(r, kw, block_types)
+
+
+def _hf_processes(r: _Rules, kw: dict[str, Any]) -> None:
+    """DDP's fields, and what the batch means with several processes or one."""
     world = r.values.get("world_size", 1)
     if world > 1 and r.values.get("fsdp", "off") == "off":
         _static_graph_with_accumulation(r, HF)
@@ -234,7 +250,6 @@ def hf_training_arguments(
             "per_device_train_batch_size is per GPU: with N processes the global batch is N "
             "times larger than the one measured"
         )
-    return r.finish({"TrainingArguments": kw})
 
 
 def _hf_fsdp(r: _Rules, kw: dict[str, Any], block_types: Sequence[str]) -> None:

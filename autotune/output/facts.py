@@ -325,6 +325,30 @@ def energy_facts(result: TuneResult) -> list[Fact]:
 
 def summary_facts(result: TuneResult) -> list[Fact]:
     """Everything the summary says about a study, in reading order."""
+    facts = _cost_facts(result)
+    facts += _search_facts(result)
+    if not result.global_batch:
+        facts.append(Fact("free_batch", "warning", FREE_BATCH_WARNING, WARNING))
+    best = result.best
+    if best is None:
+        nothing = "no feasible trial: nothing to recommend"
+        facts.append(Fact("recommended", "recommended", nothing, ERROR))
+        return facts
+    facts += _recommendation_facts(result, best)
+    facts += _mfu_facts(result)
+    facts += energy_facts(result)
+    projection = result.projection
+    if projection is not None:
+        facts.append(Fact("planned_run", projection.label, projection.text()))
+    facts += _proof_facts(result)
+    facts += _best_run_facts(result, best)
+    facts += _tie_facts(result)
+    facts += _check_facts(result, best)
+    return facts
+
+
+def _cost_facts(result: TuneResult) -> list[Fact]:
+    """What the study ran and spent: statuses, pruning, skipped configs, per-trial costs."""
     facts: list[Fact] = []
     counts = ", ".join(f"{n} {status}" for status, n in sorted(result.status_counts().items()))
     facts.append(Fact("status_counts", "configs by status", counts))
@@ -367,14 +391,13 @@ def summary_facts(result: TuneResult) -> list[Fact]:
                 f"{parts} (of {total:.1f} from spawn to exit)",
             )
         )
-    facts += _search_facts(result)
-    if not result.global_batch:
-        facts.append(Fact("free_batch", "warning", FREE_BATCH_WARNING, WARNING))
-    best, base = result.best, result.baseline
-    if best is None:
-        nothing = "no feasible trial: nothing to recommend"
-        facts.append(Fact("recommended", "recommended", nothing, ERROR))
-        return facts
+    return facts
+
+
+def _recommendation_facts(result: TuneResult, best: TrialRecord) -> list[Fact]:
+    """The recommended config and its speedup over the baseline (or why there is none)."""
+    facts: list[Fact] = []
+    base = result.baseline
     facts.append(Fact("recommended", f"recommended (trial #{best.number})", best.config.short()))
     if base is not None and result.speedup is not None:
         text = speedup_text(result.speedup, base.value, best.value, result.unit)
@@ -397,12 +420,12 @@ def summary_facts(result: TuneResult) -> list[Fact]:
                 WARNING,
             )
         )
-    facts += _mfu_facts(result)
-    facts += energy_facts(result)
-    projection = result.projection
-    if projection is not None:
-        facts.append(Fact("planned_run", projection.label, projection.text()))
-    facts += _proof_facts(result)
+    return facts
+
+
+def _best_run_facts(result: TuneResult, best: TrialRecord) -> list[Fact]:
+    """What the recommended config's run held: memory, longest batch, padding, recompiles."""
+    facts: list[Fact] = []
     m = best.measurement
     memory = fmt_bytes(m.peak_mem_bytes)
     if result.memory_budget_bytes is not None and result.headroom_bytes is not None:
@@ -437,6 +460,12 @@ def summary_facts(result: TuneResult) -> list[Fact]:
                 f"{m.recompiles} after the first step, {m.recompile_s or 0:.1f} s",
             )
         )
+    return facts
+
+
+def _tie_facts(result: TuneResult) -> list[Fact]:
+    """A warning when the winner's lead over the runner-up is within noise."""
+    facts: list[Fact] = []
     if result.within_noise and result.runner_up is not None and result.best is result.winner:
         up, lead = result.runner_up, result.lead_decision
         if lead is not None:
@@ -452,6 +481,12 @@ def summary_facts(result: TuneResult) -> list[Fact]:
                 WARNING,
             )
         )
+    return facts
+
+
+def _check_facts(result: TuneResult, best: TrialRecord) -> list[Fact]:
+    """The recommended config's accuracy and compile figures, and where it was written."""
+    facts: list[Fact] = []
     if best.loss_deviation is not None:
         facts.append(
             Fact(
@@ -460,6 +495,7 @@ def summary_facts(result: TuneResult) -> list[Fact]:
                 f"final losses within {best.loss_deviation:.2%} of the fp32 reference run",
             )
         )
+    m = best.measurement
     if m.compile_s is not None:
         facts.append(Fact("compile", "compile", compile_text(m, best.compile_warm_s)))
     if result.best_config_path:

@@ -399,97 +399,117 @@ def draw_plots(
     every = _copy(trials, _ok, objective, ["maximize"])
     feasible = _copy(trials, _feasible, objective, ["maximize"])
     pareto = _copy(trials, _feasible, _throughput_and_memory, ["maximize", "minimize"])
-    figures: dict[str, Any] = {}
-    notes: list[str] = []
+    board = _Board(plt)
     skipped = sum(1 for t in trials if _skipped(t) and _unique(t))
     if skipped:
-        notes.append(
+        board.notes.append(
             f"{skipped} config(s) skipped as predicted over the memory budget are not drawn "
             "(never run)"
         )
+    board.draw(
+        "history",
+        lambda: ovm.plot_optimization_history(every, target_name=objective_name),
+        lambda ax: _decorate_history(ax, finished, baseline_value, objective_name),
+    )
+    board.draw(
+        "pareto",
+        lambda: ovm.plot_pareto_front(pareto, target_names=[objective_name, "peak memory (MiB)"]),
+        lambda ax: _decorate_pareto(ax, measured, memory_budget_bytes),
+    )
+    if _n_params(feasible) and _n_complete(feasible) >= 2:
+        board.draw(
+            "importances",
+            lambda: ovm.plot_param_importances(feasible, target_name=objective_name),
+            lambda ax: ax.set_title("Knob importance for throughput (feasible trials)", loc="left"),
+        )
+    else:
+        board.notes.append(
+            "importances plot not drawn: needs 2 feasible trials with searched knobs"
+        )
+    valued = [t for t in measured if t.value is not None]
+    dists = _distributions(valued)
+    if dists:
+        board.draw("slice", lambda: _slice(valued, dists, objective_name, plt))
+    else:
+        board.notes.append("slice plot not drawn: no searched knobs")
+    if mfu_points is not None:
+        board.draw("mfu", lambda: _mfu_axes(mfu_points, rate_name, plt))
+    return board.figures, board.notes
 
-    def draw(name: str, make: Callable[[], Any], decorate: Callable[[Any], None] = None) -> None:
-        before = set(plt.get_fignums())
+
+class _Board:
+    """The figures drawn so far, and a note for each plot that could not be drawn."""
+
+    def __init__(self, plt: Any) -> None:
+        self.plt = plt
+        self.figures: dict[str, Any] = {}
+        self.notes: list[str] = []
+
+    def draw(
+        self, name: str, make: Callable[[], Any], decorate: Callable[[Any], None] = None
+    ) -> None:
+        """Draw one plot; a plot that fails is a note, its half-drawn figures closed."""
+        before = set(self.plt.get_fignums())
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # ExperimentalWarning, empty-study warnings
                 axes = make()
                 if decorate is not None:
                     decorate(axes)
-            figures[name] = _figure(axes)
+            self.figures[name] = _figure(axes)
         except (ValueError, RuntimeError, ZeroDivisionError) as e:
-            notes.append(f"{name} plot not drawn: {e}")
-            for number in set(plt.get_fignums()) - before:
-                plt.close(number)
+            self.notes.append(f"{name} plot not drawn: {e}")
+            for number in set(self.plt.get_fignums()) - before:
+                self.plt.close(number)
 
-    def history(ax: Any) -> None:
-        _overlay(ax, finished, lambda t: (t.number, t.value) if t.value is not None else None)
-        if baseline_value:
-            ax.axhline(baseline_value, ls="--", color="grey", lw=1, label="baseline")
-        entries = _legend(
-            ax,
-            finished,
-            {"marker": "o", "color": OK_COLOR},
-            drop=(objective_name,),
-            rename={"Best Value": "best ok trial so far"},
-        )
-        _legend_right(ax, entries)
-        ax.set_title("Optimization history: each trial, and the best so far")
 
-    def memory_and_points(ax: Any) -> None:
-        def point(t: FrozenTrial) -> tuple[float, float] | None:
-            values = _throughput_and_memory(t)
-            return (values[0], values[1]) if values else None
-
-        _overlay(ax, measured, point)
-        drawn = [(t.number, xy) for t in measured if (xy := point(t)) is not None]
-        for number, xy in drawn:
-            ax.annotate(f"#{number}", xy, fontsize="x-small", alpha=0.8)
-        title = "Throughput vs peak memory (red: Pareto front of the ok trials)"
-        if memory_budget_bytes:
-            budget_mib = memory_budget_bytes / 2**20
-            peak_mib = max((xy[1] for _, xy in drawn), default=0.0)
-            if budget_mib <= BUDGET_LINE_RATIO * peak_mib:
-                ax.axhline(budget_mib, ls=":", color="red", lw=1, label="memory budget")
-            else:  # a line far above the points would squash them into one row
-                title += f"\nmemory budget {budget_mib:,.0f} MiB, off the scale"
-        entries = _legend(
-            ax,
-            [t for t in measured if point(t) is not None],
-            {"marker": "o", "color": OK_COLOR},
-            drop=("Trial", "Feasible Trial", "Infeasible Trial"),
-            rename={"Best Trial": "ok, on the Pareto front"},
-        )
-        _legend_right(ax, entries)
-        ax.set_title(title)
-
-    draw(
-        "history",
-        lambda: ovm.plot_optimization_history(every, target_name=objective_name),
-        history,
+def _decorate_history(
+    ax: Any, finished: list[FrozenTrial], baseline_value: float | None, objective_name: str
+) -> None:
+    """The history plot: the infeasible and pruned trials, the baseline line, the legend."""
+    _overlay(ax, finished, lambda t: (t.number, t.value) if t.value is not None else None)
+    if baseline_value:
+        ax.axhline(baseline_value, ls="--", color="grey", lw=1, label="baseline")
+    entries = _legend(
+        ax,
+        finished,
+        {"marker": "o", "color": OK_COLOR},
+        drop=(objective_name,),
+        rename={"Best Value": "best ok trial so far"},
     )
-    draw(
-        "pareto",
-        lambda: ovm.plot_pareto_front(pareto, target_names=[objective_name, "peak memory (MiB)"]),
-        memory_and_points,
+    _legend_right(ax, entries)
+    ax.set_title("Optimization history: each trial, and the best so far")
+
+
+def _memory_point(t: FrozenTrial) -> tuple[float, float] | None:
+    """A trial's (throughput, peak memory in MiB), if it has both."""
+    values = _throughput_and_memory(t)
+    return (values[0], values[1]) if values else None
+
+
+def _decorate_pareto(ax: Any, measured: list[FrozenTrial], memory_budget_bytes: int | None) -> None:
+    """The Pareto plot: every measured trial numbered, the memory budget, the legend."""
+    _overlay(ax, measured, _memory_point)
+    drawn = [(t.number, xy) for t in measured if (xy := _memory_point(t)) is not None]
+    for number, xy in drawn:
+        ax.annotate(f"#{number}", xy, fontsize="x-small", alpha=0.8)
+    title = "Throughput vs peak memory (red: Pareto front of the ok trials)"
+    if memory_budget_bytes:
+        budget_mib = memory_budget_bytes / 2**20
+        peak_mib = max((xy[1] for _, xy in drawn), default=0.0)
+        if budget_mib <= BUDGET_LINE_RATIO * peak_mib:
+            ax.axhline(budget_mib, ls=":", color="red", lw=1, label="memory budget")
+        else:  # a line far above the points would squash them into one row
+            title += f"\nmemory budget {budget_mib:,.0f} MiB, off the scale"
+    entries = _legend(
+        ax,
+        [t for t in measured if _memory_point(t) is not None],
+        {"marker": "o", "color": OK_COLOR},
+        drop=("Trial", "Feasible Trial", "Infeasible Trial"),
+        rename={"Best Trial": "ok, on the Pareto front"},
     )
-    if _n_params(feasible) and _n_complete(feasible) >= 2:
-        draw(
-            "importances",
-            lambda: ovm.plot_param_importances(feasible, target_name=objective_name),
-            lambda ax: ax.set_title("Knob importance for throughput (feasible trials)", loc="left"),
-        )
-    else:
-        notes.append("importances plot not drawn: needs 2 feasible trials with searched knobs")
-    valued = [t for t in measured if t.value is not None]
-    dists = _distributions(valued)
-    if dists:
-        draw("slice", lambda: _slice(valued, dists, objective_name, plt))
-    else:
-        notes.append("slice plot not drawn: no searched knobs")
-    if mfu_points is not None:
-        draw("mfu", lambda: _mfu_axes(mfu_points, rate_name, plt))
-    return figures, notes
+    _legend_right(ax, entries)
+    ax.set_title(title)
 
 
 def write_plots(
