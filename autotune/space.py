@@ -60,7 +60,7 @@ _FIRST_TRIAL_SETTINGS = (
 # Trial settings that change no measurement nor the objective: never in the fingerprint.
 _UNMEASURED_TRIAL_SETTINGS = ("cost_per_hour", "launcher")
 # How a run's process starts: forked by a warm launcher that has imported torch, or a
-# fresh interpreter (autotune.study.launcher).
+# fresh interpreter (autotune.study.forks).
 LAUNCHERS = ("fork", "spawn")
 SAMPLERS = ("tpe", "tpe-independent", "gp", "random", "grid")
 
