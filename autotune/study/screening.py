@@ -4,7 +4,7 @@ A practitioner starts from what the baseline's measurement shows: most token pos
 are padding (layout knobs), the step waits for data (DataLoader knobs), memory is mostly
 free (larger micro-batches) or nearly full (checkpointing). The screening does the same:
 each of its trials moves one searched knob to the value most likely to matter, in an
-order the baseline's :class:`Profile` sets (:data:`RULES`, each a small function that
+order the baseline's :class:`Shares` set (:data:`RULES`, each a small function that
 fires or not), so every knob's main effect is known early. Each move is made from the
 best feasible config measured so far (the baseline until a move beats it), so a lever
 found early carries into the next moves (:func:`incumbent`); expensive knobs (a cold compile of many
@@ -13,9 +13,9 @@ that lost. Then the model-based sampler (TPE) continues with the screening as it
 history (:class:`autotune.study.search.Search`).
 
 The plan is made once, when the baseline is measured, and kept in the study's user attr
-:data:`ATTR` (order, reasons, profile); each screening trial carries its move in the user
-attr ``screen`` (``knob=value``), so a resumed study, or a worker beside it, goes on with
-the moves not yet made.
+:data:`ATTR` (order, reasons, and the :class:`Shares` under the key ``profile``); each
+screening trial carries its move in the user attr ``screen`` (``knob=value``), so a
+resumed study, or a worker beside it, goes on with the moves not yet made.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ TIGHT_MEMORY = 0.8  # peak above it: little headroom, checkpointing first
 
 
 @dataclass(frozen=True)
-class Profile:
+class Shares:
     """What the baseline's run says about where its time and memory go.
 
     Attributes:
@@ -99,7 +99,7 @@ class Profile:
         memory_budget_bytes: int | None,
         space: Space | None = None,
         environment: dict[str, Any] | None = None,
-    ) -> Profile:
+    ) -> Shares:
         peaks = [p for p in (m.judged_mem_bytes, m.peak_longest_bytes) if p]
         memory = max(peaks) / memory_budget_bytes if peaks and memory_budget_bytes else None
         split = m.time_split()
@@ -151,7 +151,7 @@ class Rule:
     last: bool = False
 
 
-def padding_first(p: Profile) -> Rule | None:
+def padding_first(p: Shares) -> Rule | None:
     if p.padding_share is None or p.padding_share < PADDING_SHARE:
         return None
     return Rule(
@@ -159,7 +159,7 @@ def padding_first(p: Profile) -> Rule | None:
     )
 
 
-def data_first(p: Profile) -> Rule | None:
+def data_first(p: Shares) -> Rule | None:
     if p.data_share is None or p.data_share < DATA_SHARE:
         return None
     return Rule(
@@ -169,7 +169,7 @@ def data_first(p: Profile) -> Rule | None:
     )
 
 
-def data_last(p: Profile) -> Rule | None:
+def data_last(p: Shares) -> Rule | None:
     """A step that hardly waits for data gains at most that wait from the DataLoader's
     knobs (more workers cannot make the step itself faster, and on a few cores they take
     cores from it), nor from fewer compute threads (whose usual gain is leaving cores to the
@@ -185,7 +185,7 @@ def data_last(p: Profile) -> Rule | None:
     )
 
 
-def precision_first(p: Profile) -> Rule | None:
+def precision_first(p: Shares) -> Rule | None:
     """Reduced precision is the largest lever where the machine computes it much faster
     (tensor cores, AMX and AVX-512 bf16 units): the probe measured it, so the precision
     knobs are screened first (after the layout knobs when padding dominates), and the
@@ -201,7 +201,7 @@ def precision_first(p: Profile) -> Rule | None:
     )
 
 
-def tight_memory_first(p: Profile) -> Rule | None:
+def tight_memory_first(p: Shares) -> Rule | None:
     if p.memory_share is None or p.memory_share < TIGHT_MEMORY:
         return None
     return Rule(
@@ -211,7 +211,7 @@ def tight_memory_first(p: Profile) -> Rule | None:
     )
 
 
-def roomy_memory_first(p: Profile) -> Rule | None:
+def roomy_memory_first(p: Shares) -> Rule | None:
     if p.memory_share is None or p.memory_share >= ROOMY_MEMORY:
         return None
     return Rule(
@@ -222,7 +222,7 @@ def roomy_memory_first(p: Profile) -> Rule | None:
 
 
 # In order: the first rule that fires puts its knobs first (a ``last`` rule's go last).
-RULES: tuple[Callable[[Profile], Rule | None], ...] = (
+RULES: tuple[Callable[[Shares], Rule | None], ...] = (
     padding_first,
     data_first,
     data_last,
@@ -232,9 +232,9 @@ RULES: tuple[Callable[[Profile], Rule | None], ...] = (
 )
 
 
-def fired(profile: Profile) -> list[Rule]:
-    """The rules the profile fires, in :data:`RULES` order."""
-    return [r for rule in RULES if (r := rule(profile)) is not None]
+def fired(shares: Shares) -> list[Rule]:
+    """The rules the baseline's shares fire, in :data:`RULES` order."""
+    return [r for rule in RULES if (r := rule(shares)) is not None]
 
 
 def values_to_try(name: str, choices: tuple[Any, ...], current: Any) -> list[Any]:
@@ -282,14 +282,14 @@ class Plan:
 
     moves: tuple[Move, ...]
     reasons: tuple[str, ...]
-    profile: Profile
+    shares: Shares
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "order": [m.label for m in self.moves],
             "moves": [[m.knob, m.value, m.on] for m in self.moves],
             "reasons": list(self.reasons),
-            "profile": self.profile.to_dict(),
+            "profile": self.shares.to_dict(),  # the stored key (older studies hold it)
         }
 
     @classmethod
@@ -297,7 +297,7 @@ class Plan:
         return cls(
             tuple(Move(*move) for move in d.get("moves", [])),
             tuple(d.get("reasons", [])),
-            Profile(**d.get("profile", {})),
+            Shares(**d.get("profile", {})),
         )
 
 
@@ -315,12 +315,12 @@ def order(space: Space, rules: Iterable[Rule]) -> list[str]:
     return ordered + [n for n in searched if n not in ordered]
 
 
-def make_plan(space: Space, baseline: Config, profile: Profile) -> Plan:
+def make_plan(space: Space, baseline: Config, shares: Shares) -> Plan:
     """The screening of ``space`` from ``baseline``: each searched knob moved to each of
     :func:`values_to_try` (away from its baseline value). A move of a knob that needs
     another one (prefetch_factor needs workers) waits until the best config so far
     activates it, and is not made if none does (see :func:`next_move`)."""
-    rules = fired(profile)
+    rules = fired(shares)
     values = baseline.to_dict()
     moves = []
     for name in order(space, rules):
@@ -335,7 +335,7 @@ def make_plan(space: Space, baseline: Config, profile: Profile) -> Plan:
             f"{', '.join(expensive)} last, on the best config so far and on the runner-up (a "
             "cold compile costs more than a trial, and its gain depends on the work's shape)"
         )
-    return Plan(tuple(moves), tuple(reasons), profile)
+    return Plan(tuple(moves), tuple(reasons), shares)
 
 
 def moved(space: Space, config: Config, move: Move) -> Config | None:

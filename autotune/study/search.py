@@ -319,10 +319,10 @@ class Search:
             base = baseline_of(ground.trials)
             if base is None:  # a worker beside us measures it: the sampler meanwhile
                 return
-            profile = screening.Profile.of(
+            shares = screening.Shares.of(
                 base.measurement, self.trials.memory_budget, self.space, self.environment
             )
-            plan = screening.make_plan(self.space, self.space.baseline, profile)
+            plan = screening.make_plan(self.space, self.space.baseline, shares)
             study.set_user_attr(screening.ATTR, plan.to_dict())
             left = None if self.n_trials is None else max(0, self.n_trials - ground.done)
             self.reporter.note(screening.describe(plan, left))

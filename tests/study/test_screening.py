@@ -20,7 +20,7 @@ from autotune.results import BASELINE, SEARCH, TrialRecord
 from autotune.study import screening
 from autotune.study.replay import ReplayBackend
 from autotune.study.reporter import Reporter
-from autotune.study.screening import Move, Profile
+from autotune.study.screening import Move, Shares
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,43 +33,43 @@ ROOT = Path(__file__).resolve().parents[2]
     [
         (
             screening.padding_first,
-            Profile(padding_share=0.72),
-            Profile(padding_share=0.10),
+            Shares(padding_share=0.72),
+            Shares(padding_share=0.10),
             "length_grouping",
             "padding 72% of token positions: layout knobs first",
         ),
         (
             screening.data_first,
-            Profile(data_share=0.60),
-            Profile(data_share=0.05),
+            Shares(data_share=0.60),
+            Shares(data_share=0.05),
             "num_workers",
             "the step waited for data 60% of the window: DataLoader knobs first",
         ),
         (
             screening.data_last,
-            Profile(data_share=0.02),
-            Profile(data_share=0.30),
+            Shares(data_share=0.02),
+            Shares(data_share=0.30),
             "num_workers",
             "the step waited for data 2% of the window: DataLoader knobs and threads last",
         ),
         (
             screening.precision_first,
-            Profile(precision_gain=2.1, precision="bf16"),
-            Profile(precision_gain=1.2, precision="bf16"),
+            Shares(precision_gain=2.1, precision="bf16"),
+            Shares(precision_gain=1.2, precision="bf16"),
             "amp_dtype",
             "bf16 matmuls measured 2.1x the baseline's peak on this machine: precision first",
         ),
         (
             screening.tight_memory_first,
-            Profile(memory_share=0.90),
-            Profile(memory_share=0.60),
+            Shares(memory_share=0.90),
+            Shares(memory_share=0.60),
             "gradient_checkpointing",
             "peak memory 90% of the budget: checkpointing first",
         ),
         (
             screening.roomy_memory_first,
-            Profile(memory_share=0.10),
-            Profile(memory_share=0.60),
+            Shares(memory_share=0.10),
+            Shares(memory_share=0.60),
             "batch_size",
             "peak memory 10% of the budget: larger micro-batches first",
         ),
@@ -79,10 +79,10 @@ def test_each_rule_fires_past_its_threshold_and_not_below(rule, fires, quiet, fi
     fired = rule(fires)
     assert fired is not None and fired.knobs[0] == first_knob and fired.reason == reason
     assert rule(quiet) is None
-    assert rule(Profile()) is None  # nothing measured: no rule fires
+    assert rule(Shares()) is None  # nothing measured: no rule fires
 
 
-def test_a_profile_reads_the_baselines_padding_data_wait_and_memory():
+def test_the_shares_read_the_baselines_padding_data_wait_and_memory():
     m = Measurement(
         status="ok",
         padding_share=0.7,
@@ -90,9 +90,9 @@ def test_a_profile_reads_the_baselines_padding_data_wait_and_memory():
         peak_mem_bytes=100,
         peak_longest_bytes=300,
     )
-    p = Profile.of(m, memory_budget_bytes=1000)
+    p = Shares.of(m, memory_budget_bytes=1000)
     assert (p.padding_share, p.data_share, p.memory_share) == (0.7, 0.3, 0.3)
-    assert Profile.of(m, memory_budget_bytes=None).memory_share is None
+    assert Shares.of(m, memory_budget_bytes=None).memory_share is None
 
 
 def test_the_precision_gain_is_the_probes_measured_peaks_of_the_searched_dtypes(write_space):
@@ -122,12 +122,12 @@ def test_the_precision_gain_is_the_probes_measured_peaks_of_the_searched_dtypes(
     assert screening.precision_gain(space("{batch_size: [16, 32]}"), env) == (None, None)
     assert screening.precision_gain(amp, {}) == (None, None)
     m = Measurement(status="ok", data_share=0.1)
-    profile = Profile.of(m, None, amp, env)
-    assert (profile.precision_gain, profile.precision) == (pytest.approx(2.15), "bf16")
-    assert screening.precision_first(profile) is not None
+    shares = Shares.of(m, None, amp, env)
+    assert (shares.precision_gain, shares.precision) == (pytest.approx(2.15), "bf16")
+    assert screening.precision_first(shares) is not None
     # A CPU without bf16 units measures bf16 slower than fp32: the rule stays quiet.
     slow = {"peak_flops": {**peaks, "bf16": {"flops_per_s": 60e9}, "fp32-high": peaks["fp32"]}}
-    assert screening.precision_first(Profile.of(m, None, amp, slow)) is None
+    assert screening.precision_first(Shares.of(m, None, amp, slow)) is None
 
 
 # --- the values a move tries -------------------------------------------------------------
@@ -173,7 +173,7 @@ def _text_space(write_space):
 
 def test_padding_puts_layout_knobs_first_and_compile_last(write_space):
     space = _text_space(write_space)
-    plan = screening.make_plan(space, space.baseline, Profile(padding_share=0.7))
+    plan = screening.make_plan(space, space.baseline, Shares(padding_share=0.7))
     labels = [m.label for m in plan.moves]
     assert labels == [
         "length_grouping=grouped",
@@ -188,13 +188,13 @@ def test_padding_puts_layout_knobs_first_and_compile_last(write_space):
     assert plan.reasons[0] == "padding 70% of token positions: layout knobs first"
     assert "compile_mode last, on the best config so far and on the runner-up" in plan.reasons[-1]
     # Without the padding, the layout knobs wait their registry turn; compile stays last.
-    plain = screening.make_plan(space, space.baseline, Profile(padding_share=0.05))
+    plain = screening.make_plan(space, space.baseline, Shares(padding_share=0.05))
     assert [m.label for m in plain.moves][0] == "batch_size=32"
     assert plain.moves[-2].label == "compile_mode=default"
     assert screening.Plan.from_dict(json.loads(json.dumps(plan.to_dict()))) == plan
     # A step that hardly waits for data: workers and threads after the compile (they can
     # only remove that wait); with a real wait, in their registry turn before it.
-    idle = screening.make_plan(space, space.baseline, Profile(padding_share=0.7, data_share=0.02))
+    idle = screening.make_plan(space, space.baseline, Shares(padding_share=0.7, data_share=0.02))
     assert [m.label for m in idle.moves][-4:] == [
         "compile_mode=default",
         "compile_mode=default on the runner-up",
@@ -202,7 +202,7 @@ def test_padding_puts_layout_knobs_first_and_compile_last(write_space):
         "num_threads=1",
     ]
     assert "DataLoader knobs and threads last" in idle.reasons[1]
-    waits = screening.make_plan(space, space.baseline, Profile(padding_share=0.7, data_share=0.1))
+    waits = screening.make_plan(space, space.baseline, Shares(padding_share=0.7, data_share=0.1))
     assert [m.label for m in waits.moves] == labels
 
 
@@ -225,24 +225,24 @@ def test_a_baseline_with_little_memory_headroom_screens_checkpointing_first(
     """)
     )
     tight = Measurement(status="ok", peak_mem_bytes=peak_bytes // 2, peak_longest_bytes=peak_bytes)
-    plan = screening.make_plan(space, space.baseline, Profile.of(tight, memory_budget_bytes=1000))
+    plan = screening.make_plan(space, space.baseline, Shares.of(tight, memory_budget_bytes=1000))
     assert plan.moves[0] == Move("gradient_checkpointing", True)
     assert (
         plan.reasons[0] == f"peak memory {peak_bytes / 1000:.0%} of the budget: checkpointing first"
     )
     # the same baseline below the line: checkpointing waits its registry turn
     roomy = Measurement(status="ok", peak_mem_bytes=790)
-    plain = screening.make_plan(space, space.baseline, Profile.of(roomy, memory_budget_bytes=1000))
+    plain = screening.make_plan(space, space.baseline, Shares.of(roomy, memory_budget_bytes=1000))
     assert plain.moves[0] != Move("gradient_checkpointing", True)
     assert not any("checkpointing first" in r for r in plain.reasons)
     free = Measurement(status="ok", peak_mem_bytes=100)
-    first = screening.make_plan(space, space.baseline, Profile.of(free, memory_budget_bytes=1000))
+    first = screening.make_plan(space, space.baseline, Shares.of(free, memory_budget_bytes=1000))
     assert first.moves[0] == Move("batch_size", 32)
 
 
 def test_the_budget_cuts_the_screening_in_its_order(write_space):
     space = _text_space(write_space)
-    plan = screening.make_plan(space, space.baseline, Profile(padding_share=0.7))
+    plan = screening.make_plan(space, space.baseline, Shares(padding_share=0.7))
     text = screening.describe(plan, budget=2)
     assert "at most 2 of its 8 moves fit the budget (length_grouping=grouped, pad_to" in text
     assert "padding 70% of token positions" in text
@@ -282,7 +282,7 @@ def test_a_move_of_a_knob_that_needs_another_waits_until_the_incumbent_activates
         global_batch: 32
     """)
     )
-    plan = screening.make_plan(space, space.baseline, Profile(data_share=0.5))
+    plan = screening.make_plan(space, space.baseline, Shares(data_share=0.5))
     assert [m.label for m in plan.moves] == ["num_workers=2", "prefetch_factor=4", "batch_size=32"]
     base = space.baseline
     # From the baseline (no workers) prefetch cannot move: the next move is the batch size.
@@ -307,7 +307,7 @@ def test_the_batch_size_goes_down_only_when_no_larger_size_won(write_space):
         global_batch: 64
     """)
     )
-    plan = screening.make_plan(space, space.baseline, Profile())
+    plan = screening.make_plan(space, space.baseline, Shares())
     labels = [m.label for m in plan.moves]
     assert labels[:3] == ["batch_size=64", "batch_size=32", "batch_size=8"]
     made = {"batch_size=64", "batch_size=32"}
