@@ -12,7 +12,7 @@ seconds) come last and are judged on the best layout found so far, never on a co
 that lost. Then the model-based sampler (TPE) continues with the screening as its
 history (:class:`autotune.study.search.Search`).
 
-The plan is made once, when the baseline is measured, and kept in the study's user attr
+The schedule is made once, when the baseline is measured, and kept in the study's user attr
 :data:`ATTR` (order, reasons, and the :class:`Shares` under the key ``profile``); each
 screening trial carries its move in the user attr ``screen`` (``knob=value``), so a
 resumed study, or a worker beside it, goes on with the moves not yet made.
@@ -33,9 +33,9 @@ from ..results import BASELINE, MOVE, SEARCH, TrialRecord  # noqa: F401 (screeni
 from ..space import Space
 from .sampling import like
 
-# The study user attr holding the screening plan (see module docstring).
+# The study user attr holding the screening schedule (see module docstring).
 ATTR = "screening"
-# Its value in a new study until the baseline is measured and the plan made.
+# Its value in a new study until the baseline is measured and the schedule made.
 PENDING = "pending"
 # A screening trial carries its move in the trial user attr MOVE (results.MOVE), and its
 # proposer here.
@@ -277,7 +277,7 @@ class Move:
 
 
 @dataclass(frozen=True)
-class Plan:
+class Schedule:
     """The screening's moves in order, and why the first ones come first."""
 
     moves: tuple[Move, ...]
@@ -293,7 +293,7 @@ class Plan:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Plan:
+    def from_dict(cls, d: dict[str, Any]) -> Schedule:
         return cls(
             tuple(Move(*move) for move in d.get("moves", [])),
             tuple(d.get("reasons", [])),
@@ -315,7 +315,7 @@ def order(space: Space, rules: Iterable[Rule]) -> list[str]:
     return ordered + [n for n in searched if n not in ordered]
 
 
-def make_plan(space: Space, baseline: Config, shares: Shares) -> Plan:
+def make_schedule(space: Space, baseline: Config, shares: Shares) -> Schedule:
     """The screening of ``space`` from ``baseline``: each searched knob moved to each of
     :func:`values_to_try` (away from its baseline value). A move of a knob that needs
     another one (prefetch_factor needs workers) waits until the best config so far
@@ -335,7 +335,7 @@ def make_plan(space: Space, baseline: Config, shares: Shares) -> Plan:
             f"{', '.join(expensive)} last, on the best config so far and on the runner-up (a "
             "cold compile costs more than a trial, and its gain depends on the work's shape)"
         )
-    return Plan(tuple(moves), tuple(reasons), shares)
+    return Schedule(tuple(moves), tuple(reasons), shares)
 
 
 def moved(space: Space, config: Config, move: Move) -> Config | None:
@@ -390,17 +390,17 @@ def against_the_trend(space: Space, start: Config, move: Move) -> bool:
 
 def next_move(
     space: Space,
-    plan: Plan,
+    schedule: Schedule,
     starts: list[Config],
     made: set[str],
     taken: set[str],
 ) -> tuple[Move, Config] | None:
-    """The first move of ``plan`` not yet ``made`` (labels of screening trials, run or
+    """The first move of ``schedule`` not yet ``made`` (labels of screening trials, run or
     running) whose config from its start (``starts``: the incumbent, the runner-up; see
     :func:`starts`) is not ``taken`` (measured, running or skipped), with that config;
     ``None`` when no move is left that applies: the screening is over, unless a better
     config activates a knob that waits (prefetch_factor when workers win)."""
-    for move in plan.moves:
+    for move in schedule.moves:
         if move.label in made or move.on >= len(starts):
             continue
         if against_the_trend(space, starts[move.on], move):
@@ -411,15 +411,15 @@ def next_move(
     return None
 
 
-def describe(plan: Plan, budget: int | None) -> str:
+def describe(schedule: Schedule, budget: int | None) -> str:
     """What the screening will do, for the user before it runs."""
-    n = len(plan.moves)
+    n = len(schedule.moves)
     if budget is not None and budget < n:
-        first = ", ".join(m.label for m in plan.moves[:budget])
+        first = ", ".join(m.label for m in schedule.moves[:budget])
         size = f"at most {budget} of its {n} moves fit the budget ({first})"
     else:
-        size = f"at most {n} trials ({', '.join(m.label for m in plan.moves)})"
-    why = "; ".join(plan.reasons) if plan.reasons else "no rule fired: registry order"
+        size = f"at most {n} trials ({', '.join(m.label for m in schedule.moves)})"
+    why = "; ".join(schedule.reasons) if schedule.reasons else "no rule fired: registry order"
     return f"screening: one knob moved per trial from the best config so far, {size}; {why}"
 
 
@@ -444,6 +444,6 @@ def not_worth_compiling(
 
 
 def kept(user_attrs: dict[str, Any]) -> dict[str, Any] | None:
-    """The plan a study keeps (its user attrs), ``None`` before it is made or without one."""
-    plan = user_attrs.get(ATTR)
-    return plan if isinstance(plan, dict) else None
+    """The schedule a study keeps (its user attrs), ``None`` before it is made or without one."""
+    schedule = user_attrs.get(ATTR)
+    return schedule if isinstance(schedule, dict) else None

@@ -306,7 +306,7 @@ class Search:
 
     def _screen(self, study: optuna.Study, ground: Ground) -> None:
         """Queue the screening's next move (:mod:`autotune.study.screening`), if any: one
-        knob moved from the best feasible config so far. The plan is made once, when
+        knob moved from the best feasible config so far. The schedule is made once, when
         the baseline is measured, and kept in the study; a study made before the
         screening existed (no :data:`screening.ATTR`) is not screened."""
         search = self.space.search
@@ -322,12 +322,12 @@ class Search:
             shares = screening.Shares.of(
                 base.measurement, self.trials.memory_budget, self.space, self.environment
             )
-            plan = screening.make_plan(self.space, self.space.baseline, shares)
-            study.set_user_attr(screening.ATTR, plan.to_dict())
+            schedule = screening.make_schedule(self.space, self.space.baseline, shares)
+            study.set_user_attr(screening.ATTR, schedule.to_dict())
             left = None if self.n_trials is None else max(0, self.n_trials - ground.done)
-            self.reporter.note(screening.describe(plan, left))
+            self.reporter.note(screening.describe(schedule, left))
         else:
-            plan = screening.Plan.from_dict(stored)
+            schedule = screening.Schedule.from_dict(stored)
         made = {
             str(t.user_attrs[screening.MOVE])
             for t in study.get_trials(deepcopy=False)
@@ -335,7 +335,7 @@ class Search:
         }
         gain = margin(search.min_gain, baseline_floor(ground.trials))
         begin = screening.starts(ground.trials, gain) or [self.space.baseline]
-        found = screening.next_move(self.space, plan, begin, made, ground.taken)
+        found = screening.next_move(self.space, schedule, begin, made, ground.taken)
         if found is not None:
             move, config = found
             study.enqueue_trial(
