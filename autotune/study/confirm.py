@@ -47,7 +47,7 @@ from ..results import (
     summarize,
 )
 from ..space import Space
-from .coordination import measured, waiting_roles
+from .coordination import first_runs, waiting_roles
 from .reporter import Reporter
 from .sampling import encode, like, sample
 from .storage import records
@@ -283,7 +283,7 @@ class Confirmation:
         first = first_round(conf, lineup, search.confirm_rounds, used)
         study.set_user_attr("confirmation", conf)
         done = {(t.round, t.config.key()) for t in trials if t.round is not None}
-        originals = measured(trials)
+        originals = first_runs(trials)
         index = 0
         while True:
             if index < search.confirm_rounds:

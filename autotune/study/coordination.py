@@ -57,7 +57,7 @@ def held(study: optuna.Study, key: str, other_than: int | None = None) -> bool:
     )
 
 
-def measured(trials: list[TrialRecord]) -> dict[str, TrialRecord]:
+def first_runs(trials: list[TrialRecord]) -> dict[str, TrialRecord]:
     """Each config's first measured run, by config key: not a duplicate or repeat, and not
     a config skipped as predicted over memory (never measured)."""
     return {

@@ -88,7 +88,7 @@ class Ground:
             for t in trials
             if t.status == scoring.PREDICTED_OVER_MEMORY and t.role == SEARCH
         }
-        return cls(trials, coordination.measured(trials), running_keys(study), skipped)
+        return cls(trials, coordination.first_runs(trials), running_keys(study), skipped)
 
     @property
     def taken(self) -> set[str]:
