@@ -21,10 +21,9 @@ from typing import Any
 
 from ..config import Config
 from ..errors import AutotuneError
-from ..measurement import OK, PRUNED
+from ..measurement import OK, PREDICTED_OVER_MEMORY, PRUNED
 from ..mfu import peak_name
 from ..results import TuneResult
-from ..study.scoring import PREDICTED_OVER_MEMORY
 
 # A phase taking at least this share of the step gets a piece of advice.
 DATA_SHARE = 0.20

@@ -11,11 +11,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..measurement import TOKENS
+from ..measurement import PREDICTED_OVER_MEMORY, TOKENS
 from ..mfu import LABEL, mfu_of, shown
 from ..results import REPEAT, TrialRecord, TuneResult
 from ..study.reporter import Reporter
-from ..study.scoring import PREDICTED_OVER_MEMORY
 from .advice import Evidence, advice
 from .facts import (
     ERROR,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ..decisions import PROVEN, WITHIN, Decision
 from ..knobs import show
-from ..measurement import TOKENS, Measurement
+from ..measurement import PREDICTED_OVER_MEMORY, TOKENS, Measurement
 from ..mfu import LABEL, MEANING, describe, peak_name, percent, unavailable
 from ..results import (
     FREE_BATCH_WARNING,
@@ -16,7 +16,6 @@ from ..results import (
     TrialRecord,
     TuneResult,
 )
-from ..study.scoring import PREDICTED_OVER_MEMORY
 
 INFO, WARNING, ERROR = "info", "warning", "error"
 
