@@ -560,7 +560,7 @@ def advice(profile: dict[str, Any], evidence: Evidence | None = None) -> list[st
     suggestions (a knob already on is not suggested again), and with the study's
     ``evidence`` a suggestion the study already measured says how it did instead.
     """
-    if profile.get("status") != "ok":
+    if profile.get("status") != OK:
         return [f"no profile: {profile.get('status')}: {profile.get('reason', '')}"]
     step = Step(profile, profile.get("config", {}), profile.get("device") == "cuda", evidence)
     tips = [tip for rule in RULES if (tip := rule(step)) is not None]

@@ -18,6 +18,7 @@ from typing import Any
 
 from .. import mfu
 from ..errors import ArgumentError, make_folder
+from ..measurement import OK
 from ..results import DUPLICATE, TrialRecord, TuneResult, aggregation_text
 from ..space import Space
 from ..study import profile_store
@@ -109,7 +110,7 @@ def make_report(
         stored = {r.number: profile_store.stored_profile(study, r) for r in targets}
         profiles = {n: p for n, p in stored.items() if p is not None}
     for number, p in profiles.items():
-        if p.get("status") != "ok":
+        if p.get("status") != OK:
             notes.append(f"profile of trial #{number} failed: {p.get('status')}: {p.get('reason')}")
     objective = f"{result.unit}/s"
     if result.plan is not None:

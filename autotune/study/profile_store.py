@@ -17,6 +17,7 @@ from typing import Any
 import optuna
 
 from ..errors import ArgumentError
+from ..measurement import OK
 from ..results import TrialRecord
 from ..space import Space
 from .backend import SubprocessBackend, TrialBackend
@@ -77,7 +78,7 @@ def ensure_profiles(
             folder = runs_dir / f"trial-{record.number:04d}" / "profile"
             stored = backend.profile_trial(space, record.config, folder, steps)
             stored["config"] = record.config.to_dict()
-            if stored.get("status") == "ok":  # a failed profile is retried next time
+            if stored.get("status") == OK:  # a failed profile is retried next time
                 study.set_user_attr(PROFILE_ATTR.format(number=record.number), stored)
         out[record.number] = stored
     return out

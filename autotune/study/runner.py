@@ -22,7 +22,7 @@ from typing import Any
 from ..config import Config
 from ..errors import WorkloadError
 from ..knobs import Capabilities
-from ..measurement import FAILED, OOM, PRUNED, SPAWNED_AT, STACKS_SIGNAL, TIMEOUT, Measurement
+from ..measurement import FAILED, OK, OOM, PRUNED, SPAWNED_AT, STACKS_SIGNAL, TIMEOUT, Measurement
 from ..mfu import peak_keys
 from ..space import Space
 from . import forks, stacks
@@ -258,8 +258,8 @@ def probe(space: Space, folder: Path) -> dict[str, Any]:
         env = {"TORCHINDUCTOR_CACHE_DIR": str(vec_isa)}
     result = run_child(spec, folder, space.trial.timeout_s, env=env, how=space.trial.launcher)
     if vec_isa is not None:
-        keep_machine_probe(vec_isa, result.get("status") == "ok")
-    if result.get("status") != "ok":
+        keep_machine_probe(vec_isa, result.get("status") == OK)
+    if result.get("status") != OK:
         raise WorkloadError(f"{result.get('reason', 'probe failed')} (log: {folder})")
     return result
 
@@ -277,7 +277,7 @@ def check(space: Space, folder: Path) -> dict[str, Any]:
     spec = {**_base_spec(space), "mode": "check", "device": "cpu", "batch_size": min(sizes)}
     result = run_child(spec, folder, space.trial.timeout_s)
     refused = result.get("facts", {}).get("framework_refused")
-    if result.get("status") == "ok" and refused:  # knobs a Trainer's own loop cannot set
+    if result.get("status") == OK and refused:  # knobs a Trainer's own loop cannot set
         caps = Capabilities(device="cpu", framework_refused=refused)
         result["problems"] = [*result["problems"], *space.framework_refusals(caps)]
     return result
