@@ -24,9 +24,10 @@ from ..errors import AutotuneError
 from ..measurement import OK, PREDICTED_OVER_MEMORY, PRUNED
 from ..mfu import peak_name
 from ..results import TuneResult
+from ..study.screening import DATA_SHARE, PADDING_SHARE
 
-# A phase taking at least this share of the step gets a piece of advice.
-DATA_SHARE = 0.20
+# A phase taking at least this share of the step gets a piece of advice (data loading and
+# padding: at the screening's DATA_SHARE and PADDING_SHARE, so both agree on what matters).
 TRANSFER_SHARE = 0.10
 SYNC_SHARE = 0.10
 OPTIMIZER_SHARE = 0.20
@@ -34,7 +35,6 @@ OTHER_SHARE = 0.20
 COMPUTE_SHARE = 0.70
 CONVERSION_SHARE = 0.15
 GPU_BUSY = 0.60
-PADDING_SHARE = 0.20
 # MFU (of the measured peak) at or above HIGH_MFU is near the limit; below LOW_MFU, far.
 HIGH_MFU = 0.50
 LOW_MFU = 0.20
