@@ -115,7 +115,8 @@ class StudySettings:
     storage_env: the environment variable holding the storage URL instead, when the
         file says ``storage: {env: NAME}`` (read when the storage is used, see
         :meth:`Space.storage_url`).
-    heartbeat_s: a running trial not heard of for 3x this is failed and re-queued.
+    heartbeat_s: a running trial not heard of for 3x this (study.heartbeat.grace_s) is
+        failed and re-queued.
     """
 
     name: str = "autotune"

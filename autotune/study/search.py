@@ -42,7 +42,7 @@ from ..results import (
 from ..space import Space
 from . import coordination, scoring, screening
 from .coordination import claim, running_keys, waiting_roles
-from .heartbeat import fail_stale_trials
+from .heartbeat import fail_stale_trials, grace_s
 from .memory import MemoryModel, Prediction
 from .reporter import Reporter
 from .sampling import encode, every_config, sample, unmeasured
@@ -284,7 +284,7 @@ class Search:
             record, best_of(trials), baseline_of(trials), ground.done + 1, self.n_trials
         )
         # a worker beside us may have died meanwhile
-        fail_stale_trials(study, 3 * self.space.study.heartbeat_s)
+        fail_stale_trials(study, grace_s(self.space.study.heartbeat_s))
 
     def _closing_notes(self, ground: Ground, size: int) -> None:
         if self.not_compiled:

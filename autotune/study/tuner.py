@@ -31,7 +31,7 @@ from . import coordination, forks, screening
 from .backend import SubprocessBackend, TrialBackend
 from .confirm import Confirmation
 from .forks import FORK
-from .heartbeat import fail_stale_trials
+from .heartbeat import fail_stale_trials, grace_s
 from .reference import References
 from .reporter import Reporter
 from .sampling import make_sampler
@@ -181,7 +181,7 @@ class Tuner:
         self._same_workload_baseline(study)
         study.set_user_attr("environment", self.environment)
         study.set_user_attr("capabilities", self.capabilities)
-        stale = fail_stale_trials(study, grace_s=3 * self.space.study.heartbeat_s)
+        stale = fail_stale_trials(study, grace_s=grace_s(self.space.study.heartbeat_s))
         if stale:
             self.reporter.note(
                 f"trial(s) {', '.join(map(str, stale))} were left running by a driver "
