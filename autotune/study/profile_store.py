@@ -22,6 +22,7 @@ from ..results import TrialRecord
 from ..space import Space
 from .backend import SubprocessBackend, TrialBackend
 from .reporter import Reporter
+from .trials import trial_folder
 
 PROFILE_ATTR = "profile:{number}"
 DEFAULT_PROFILE_STEPS = 5
@@ -75,7 +76,7 @@ def ensure_profiles(
         stored = None if force else stored_profile(study, record)
         if stored is None:
             reporter.note(f"profiling trial #{record.number} ({record.config.short()})")
-            folder = runs_dir / f"trial-{record.number:04d}" / "profile"
+            folder = trial_folder(runs_dir, record.number) / "profile"
             stored = backend.profile_trial(space, record.config, folder, steps)
             stored["config"] = record.config.to_dict()
             if stored.get("status") == OK:  # a failed profile is retried next time
