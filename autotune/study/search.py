@@ -27,6 +27,7 @@ import optuna
 
 from ..config import Config
 from ..decisions import margin
+from ..measurement import PREDICTED_OVER_MEMORY
 from ..results import (
     BASELINE,
     CONFIRM,
@@ -40,7 +41,7 @@ from ..results import (
     summarize,
 )
 from ..space import Space
-from . import coordination, scoring, screening
+from . import coordination, screening
 from .coordination import claim, running_keys, waiting_roles
 from .heartbeat import fail_stale_trials, grace_s
 from .memory import MemoryModel, Prediction
@@ -86,7 +87,7 @@ class Ground:
         skipped = {
             t.config.key(): t
             for t in trials
-            if t.status == scoring.PREDICTED_OVER_MEMORY and t.role == SEARCH
+            if t.status == PREDICTED_OVER_MEMORY and t.role == SEARCH
         }
         return cls(trials, coordination.first_runs(trials), running_keys(study), skipped)
 
