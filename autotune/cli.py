@@ -9,6 +9,7 @@ import traceback
 
 from .credentials import has_secret, redact_url, warn_literal_password
 from .errors import ArgumentError, AutotuneError
+from .measurement import OK
 
 STORAGE_HELP = (
     "Optuna storage URL (default: $AUTOTUNE_STORAGE, else the space's study.storage); "
@@ -256,7 +257,7 @@ def _validate(args: argparse.Namespace) -> int:
 
     with tempfile.TemporaryDirectory(prefix="autotune-validate-") as folder:
         result = check(space, Path(folder))
-    if result.get("status") != "ok":
+    if result.get("status") != OK:
         print(f"autotune: error: {result.get('reason', 'the build check failed')}", file=sys.stderr)
         return 1
     for problem in result["problems"]:

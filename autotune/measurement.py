@@ -10,9 +10,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-# Statuses a trial process or its supervisor gives; the driver's verdict adds
-# "over-memory" and "accuracy" (autotune.study.scoring). Only "ok" may win.
+# Every status a trial can have, here and nowhere else. A trial process or its supervisor
+# gives the first five; only OK may win.
 OK, FAILED, OOM, TIMEOUT, NAN = "ok", "failed", "oom", "timeout", "nan"
+PRUNED = "pruned"  # stopped early: it could not beat the best so far
+# The driver's verdict (autotune.study.scoring) turns a finished run into one of these.
+OVER_MEMORY, ACCURACY = "over-memory", "accuracy"
+# A search config not run: the study's memory model (autotune.study.memory) predicts it
+# over the budget. Infeasible for the sampler, never measured.
+PREDICTED_OVER_MEMORY = "predicted-over-memory"
 # Where a trial process writes its Python stacks (faulthandler: on a fatal signal, and on
 # STACKS_SIGNAL, which the supervisor sends before killing a hung trial), one file per
 # process in the trial's folder: written by autotune.trial, read by autotune.study.stacks.
@@ -21,7 +27,6 @@ STACKS_FILE = "stacks-{pid}.log"
 # The environment variable holding the wall-clock time (time.time()) a trial was spawned.
 SPAWNED_AT = "AUTOTUNE_SPAWNED_AT"
 STACKS_GLOB = "stacks-*.log"
-PRUNED = "pruned"  # stopped early: it could not beat the best so far
 TOKENS = "tokens"  # Measurement.unit of token workloads (the default unit is "samples")
 
 

@@ -236,7 +236,7 @@ class TuneResult:
     contributions: list[Contribution] = field(default_factory=list)
     reduction: Reduction | None = None
     plan: Plan | None = None  # the planned run (trial.planned_*, cost_per_hour)
-    # The screening start's plan as the study keeps it (autotune.study.screening):
+    # The screening start's schedule as the study keeps it (autotune.study.screening):
     # "order" (move labels), "reasons", "profile"; None for a study without one.
     screening: dict[str, Any] | None = None
     # Per knob, the search runs that moved it and what they cost (:func:`knob_costs`).

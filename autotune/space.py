@@ -60,7 +60,7 @@ _FIRST_TRIAL_SETTINGS = (
 # Trial settings that change no measurement nor the objective: never in the fingerprint.
 _UNMEASURED_TRIAL_SETTINGS = ("cost_per_hour", "launcher")
 # How a run's process starts: forked by a warm launcher that has imported torch, or a
-# fresh interpreter (autotune.study.launcher).
+# fresh interpreter (autotune.study.forks).
 LAUNCHERS = ("fork", "spawn")
 SAMPLERS = ("tpe", "tpe-independent", "gp", "random", "grid")
 
@@ -115,7 +115,8 @@ class StudySettings:
     storage_env: the environment variable holding the storage URL instead, when the
         file says ``storage: {env: NAME}`` (read when the storage is used, see
         :meth:`Space.storage_url`).
-    heartbeat_s: a running trial not heard of for 3x this is failed and re-queued.
+    heartbeat_s: a running trial not heard of for 3x this (study.heartbeat.grace_s) is
+        failed and re-queued.
     """
 
     name: str = "autotune"

@@ -24,10 +24,9 @@ import tempfile
 from pathlib import Path
 
 from autotune import Config, load_space, tune
-from autotune.measurement import OOM
+from autotune.measurement import OOM, OVER_MEMORY, PREDICTED_OVER_MEMORY
 from autotune.results import DUPLICATE, TuneResult
 from autotune.study.runner import run_trial
-from autotune.study.scoring import OVER_MEMORY, PREDICTED_OVER_MEMORY
 
 WORKLOAD = Path(__file__).resolve().parent.parent / "tests" / "workloads.py"
 SIZES = (64, 128, 256, 512, 1024, 2048)

@@ -21,13 +21,13 @@ from typing import Any
 
 from ..config import Config
 from ..errors import AutotuneError
-from ..measurement import OK, PRUNED
+from ..measurement import OK, PREDICTED_OVER_MEMORY, PRUNED
 from ..mfu import peak_name
 from ..results import TuneResult
-from ..study.scoring import PREDICTED_OVER_MEMORY
+from ..study.screening import DATA_SHARE, PADDING_SHARE
 
-# A phase taking at least this share of the step gets a piece of advice.
-DATA_SHARE = 0.20
+# A phase taking at least this share of the step gets a piece of advice (data loading and
+# padding: at the screening's DATA_SHARE and PADDING_SHARE, so both agree on what matters).
 TRANSFER_SHARE = 0.10
 SYNC_SHARE = 0.10
 OPTIMIZER_SHARE = 0.20
@@ -35,7 +35,6 @@ OTHER_SHARE = 0.20
 COMPUTE_SHARE = 0.70
 CONVERSION_SHARE = 0.15
 GPU_BUSY = 0.60
-PADDING_SHARE = 0.20
 # MFU (of the measured peak) at or above HIGH_MFU is near the limit; below LOW_MFU, far.
 HIGH_MFU = 0.50
 LOW_MFU = 0.20
@@ -561,7 +560,7 @@ def advice(profile: dict[str, Any], evidence: Evidence | None = None) -> list[st
     suggestions (a knob already on is not suggested again), and with the study's
     ``evidence`` a suggestion the study already measured says how it did instead.
     """
-    if profile.get("status") != "ok":
+    if profile.get("status") != OK:
         return [f"no profile: {profile.get('status')}: {profile.get('reason', '')}"]
     step = Step(profile, profile.get("config", {}), profile.get("device") == "cuda", evidence)
     tips = [tip for rule in RULES if (tip := rule(step)) is not None]

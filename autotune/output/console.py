@@ -11,11 +11,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..measurement import TOKENS
+from ..measurement import OK, PREDICTED_OVER_MEMORY, TOKENS
 from ..mfu import LABEL, mfu_of, shown
 from ..results import REPEAT, TrialRecord, TuneResult
 from ..study.reporter import Reporter
-from ..study.scoring import PREDICTED_OVER_MEMORY
 from .advice import Evidence, advice
 from .facts import (
     ERROR,
@@ -170,7 +169,7 @@ def _profile_lines(
     label: str, record: TrialRecord, profile: dict[str, Any], evidence: Evidence | None = None
 ) -> list[str]:
     head = f"bottleneck of the {label} (trial #{record.number}, {record.config.short()})"
-    if profile.get("status") != "ok":
+    if profile.get("status") != OK:
         return [f"{head}: profile failed: {escape(str(profile.get('reason')))}"]
     shares = " · ".join(f"{k} {v:.0%}" for k, v in profile["shares"].items())
     busy = profile.get("device_busy")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ..decisions import PROVEN, WITHIN, Decision
 from ..knobs import show
-from ..measurement import TOKENS, Measurement
+from ..measurement import PREDICTED_OVER_MEMORY, TOKENS, Measurement
 from ..mfu import LABEL, MEANING, describe, peak_name, percent, unavailable
 from ..results import (
     FREE_BATCH_WARNING,
@@ -16,7 +16,6 @@ from ..results import (
     TrialRecord,
     TuneResult,
 )
-from ..study.scoring import PREDICTED_OVER_MEMORY
 
 INFO, WARNING, ERROR = "info", "warning", "error"
 
@@ -189,11 +188,11 @@ def _proof_facts(result: TuneResult) -> list[Fact]:
 def _search_facts(result: TuneResult) -> list[Fact]:
     """How the search spent its trials: the screening's order and why, the time per knob."""
     facts = []
-    plan = result.screening
-    if plan and plan.get("order"):
-        why = "; ".join(plan.get("reasons", [])) or "no rule fired: registry order"
+    schedule = result.screening
+    if schedule and schedule.get("order"):
+        why = "; ".join(schedule.get("reasons", [])) or "no rule fired: registry order"
         made = [t.move for t in sorted(result.trials, key=lambda t: t.number) if t.move]
-        left = [m for m in plan["order"] if m not in made]
+        left = [m for m in schedule["order"] if m not in made]
         # A planned move is not made when the budget ran out, when it cannot apply to the
         # best config (prefetch without workers), or against the batch size's trend.
         text = ", ".join(made) or "no move made yet"

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..knobs import KNOBS
-from ..measurement import TOKENS, Measurement
+from ..measurement import OK, TOKENS, Measurement
 from ..mfu import percent
 from ..results import DUPLICATE, TrialRecord, TuneResult
 from .advice import Evidence, advice
@@ -247,7 +247,7 @@ def _profile_html(
     label: str, record: TrialRecord, p: dict[str, Any], evidence: Evidence | None
 ) -> str:
     head = f"<h3>{_e(label)}: trial #{record.number} <code>{_e(record.config.short())}</code></h3>"
-    if p.get("status") != "ok":
+    if p.get("status") != OK:
         return head + f"<p class='note'>profile failed: {_e(p.get('reason'))}</p>"
     shares = p["shares"]
     parts = [

@@ -33,10 +33,9 @@ from optuna.distributions import (
 from optuna.trial import FrozenTrial, TrialState
 
 from ..knobs import KNOBS
-from ..measurement import PRUNED
+from ..measurement import PREDICTED_OVER_MEMORY, PRUNED
 from ..results import DUPLICATE
 from ..study.sampling import knob_of
-from ..study.scoring import PREDICTED_OVER_MEMORY
 
 # Ordinal knobs spanning at least this ratio get a log axis (batch sizes 8..512).
 LOG_AXIS_RATIO = 8

@@ -1,7 +1,7 @@
 """``autotune report``: from a stored study to a folder a person can read.
 
 :func:`make_report` loads the study, profiles the baseline and the recommended config once
-(:mod:`autotune.study.profiles`; kept in the study, skipped with ``profile=False``), draws
+(:mod:`autotune.study.profile_store`; kept in the study, skipped with ``profile=False``), draws
 the plots (:mod:`autotune.output.plots`) and writes ``<output_dir>/<study>/report/``:
 
 - ``index.html``: summary, recommended config vs baseline, plots, bottlenecks, every trial;
@@ -18,9 +18,10 @@ from typing import Any
 
 from .. import mfu
 from ..errors import ArgumentError, make_folder
+from ..measurement import OK
 from ..results import DUPLICATE, TrialRecord, TuneResult, aggregation_text
 from ..space import Space
-from ..study import profiles as study_profiles
+from ..study import profile_store
 from ..study.backend import TrialBackend
 from ..study.reporter import Reporter
 from ..study.storage import load_result
@@ -63,7 +64,7 @@ def make_report(
     study_name: str | None = None,
     out_dir: str | Path | None = None,
     profile: bool = True,
-    profile_steps: int = study_profiles.DEFAULT_PROFILE_STEPS,
+    profile_steps: int = profile_store.DEFAULT_PROFILE_STEPS,
     reprofile: bool = False,
     reporter: Reporter | None = None,
     backend: TrialBackend | None = None,
@@ -95,7 +96,7 @@ def make_report(
     targets = _profiled(result)
     notes: list[str] = []
     if profile:
-        profiles = study_profiles.ensure_profiles(
+        profiles = profile_store.ensure_profiles(
             space,
             study,
             targets,
@@ -106,10 +107,10 @@ def make_report(
             backend=backend,
         )
     else:
-        stored = {r.number: study_profiles.stored_profile(study, r) for r in targets}
+        stored = {r.number: profile_store.stored_profile(study, r) for r in targets}
         profiles = {n: p for n, p in stored.items() if p is not None}
     for number, p in profiles.items():
-        if p.get("status") != "ok":
+        if p.get("status") != OK:
             notes.append(f"profile of trial #{number} failed: {p.get('status')}: {p.get('reason')}")
     objective = f"{result.unit}/s"
     if result.plan is not None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.markup import escape
 
-from ..study.verify import BASELINE, BEYOND, TOLERANCE, WITHIN, Verification, VerifyRun
+from ..results import BASELINE
+from ..study.verify import BEYOND, TOLERANCE, WITHIN, Verification, VerifyRun
 from .console import make_console
 
 

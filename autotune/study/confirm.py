@@ -1,10 +1,10 @@
 """The confirmation after the search: what it measures, in which order, and running it.
 
 The confirmation runs configs in paired rounds: in each round the baseline and every
-config of the plan run once, in an order that rotates from round to round, so that the
+config of the lineup run once, in an order that rotates from round to round, so that the
 machine's drift (thermal, other load, a cache warming up) falls on every config alike.
 Each config is then judged by its per-round ratios to the baseline run of the same round
-(:func:`autotune.results.summarize`). Three plans run in turn:
+(:func:`autotune.results.summarize`). Three lineups run in turn:
 
 1. the finalists (the best ``confirm_top`` configs of the search) and, with
    ``search.ablate``, the *ablations* of the search's winner: the winner with one knob
@@ -16,9 +16,9 @@ Each config is then judged by its per-round ratios to the baseline run of the sa
 
 The study keeps what the rounds mean in its ``confirmation`` user attr: the finalists,
 each winner's ablations and reduced config (config keys), and the first round of each
-plan (so an interrupted confirmation resumes where it stopped).
+lineup (so an interrupted confirmation resumes where it stopped).
 
-The functions say what runs and in which order; :class:`Confirmation` runs the plans as
+The functions say what runs and in which order; :class:`Confirmation` runs the lineups as
 trials of the study (:class:`~autotune.study.trials.Trials`). What the runs mean (medians,
 paired ratios, contributions, the recommendation) is read in :mod:`autotune.results`.
 """
@@ -47,7 +47,7 @@ from ..results import (
     summarize,
 )
 from ..space import Space
-from .coordination import measured, waiting_roles
+from .coordination import first_runs, waiting_roles
 from .reporter import Reporter
 from .sampling import encode, like, sample
 from .storage import records
@@ -88,50 +88,50 @@ def reduced(space: Space, winner: Config, baseline: Config, knobs: list[str]) ->
     return like(space, {**winner.to_dict(), **{k: getattr(baseline, k) for k in knobs}})
 
 
-def rotated(plan: list[Config], index: int) -> list[Config]:
-    """The order of round ``index``: the plan rotated by ``index`` places."""
-    if not plan:
+def rotated(lineup: list[Config], index: int) -> list[Config]:
+    """The order of round ``index``: the lineup rotated by ``index`` places."""
+    if not lineup:
         return []
-    k = index % len(plan)
-    return plan[k:] + plan[:k]
+    k = index % len(lineup)
+    return lineup[k:] + lineup[:k]
 
 
-def unique(plan: list[Config]) -> list[Config]:
-    """``plan`` without repeated configs (an ablation may be the baseline itself)."""
+def unique(lineup: list[Config]) -> list[Config]:
+    """``lineup`` without repeated configs (an ablation may be the baseline itself)."""
     seen: set[str] = set()
     out = []
-    for c in plan:
+    for c in lineup:
         if c.key() not in seen:
             seen.add(c.key())
             out.append(c)
     return out
 
 
-def first_round(conf: dict[str, Any], plan: list[Config], rounds: int, used: int) -> int:
-    """The number of the first round of ``plan``: the one it had if it ran before (an
+def first_round(conf: dict[str, Any], lineup: list[Config], rounds: int, used: int) -> int:
+    """The number of the first round of ``lineup``: the one it had if it ran before (an
     interrupted confirmation resumes), else the next unused one (``used``: the highest
-    round number any run has, or -1). Records new plans in ``conf["plans"]``."""
-    plans = conf.setdefault("plans", {})
-    name = plan_name(plan)
-    if name not in plans:
-        ends = [start + n - 1 for start, n in plans.values()]
-        plans[name] = [max([used, *ends]) + 1, rounds]
-    return plans[name][0]
+    round number any run has, or -1). Records new lineups in ``conf["plans"]``."""
+    lineups = conf.setdefault("plans", {})  # "plans": the key stored studies hold
+    name = lineup_name(lineup)
+    if name not in lineups:
+        ends = [start + n - 1 for start, n in lineups.values()]
+        lineups[name] = [max([used, *ends]) + 1, rounds]
+    return lineups[name][0]
 
 
-def plan_name(plan: list[Config]) -> str:
-    return hashlib.sha256("|".join(sorted(c.key() for c in plan)).encode()).hexdigest()[:16]
+def lineup_name(lineup: list[Config]) -> str:
+    return hashlib.sha256("|".join(sorted(c.key() for c in lineup)).encode()).hexdigest()[:16]
 
 
-def record_rounds(conf: dict[str, Any], plan: list[Config], rounds: int) -> None:
-    """Count ``rounds`` rounds for ``plan`` (recorded by :func:`first_round`): the rounds
-    added while a decision was unresolved, so that the next plan starts after them."""
-    entry = conf["plans"][plan_name(plan)]
+def record_rounds(conf: dict[str, Any], lineup: list[Config], rounds: int) -> None:
+    """Count ``rounds`` rounds for ``lineup`` (recorded by :func:`first_round`): the rounds
+    added while a decision was unresolved, so that the next lineup starts after them."""
+    entry = conf["plans"][lineup_name(lineup)]
     entry[1] = max(entry[1], rounds)
 
 
 class Confirmation:
-    """Runs the confirmation of one study: the plans of this module's docstring, in turn.
+    """Runs the confirmation of one study: the lineups of this module's docstring, in turn.
 
     ``trials`` measures a config on a trial the rounds took from the study and stores it
     (the rounds' runs are trials like the search's). Notes for the result go to
@@ -156,7 +156,7 @@ class Confirmation:
         self.started = time.monotonic()  # of the confirmation: its time cap counts from it
 
     def confirm(self, study: optuna.Study) -> None:
-        """Paired, rotated rounds after the search (the plans of this module's docstring):
+        """Paired, rotated rounds after the search (the lineups of this module's docstring):
         rank the finalists, ablate the winner's knobs, measure the reduced config."""
         search = self.space.search
         if search.confirm_top == 0 or search.confirm_rounds == 0:
@@ -167,8 +167,8 @@ class Confirmation:
         by_number = {t.number: t for t in summary}
         conf = dict(study.user_attrs.get("confirmation", {}))
         # What the confirmation decided is pinned, so that a resumed confirmation goes on
-        # with the same plans: the runs it already made move the medians, and ranking
-        # again would start other plans (leaving the first unfinished). New search
+        # with the same lineups: the runs it already made move the medians, and ranking
+        # again would start other lineups (leaving the first unfinished). New search
         # results (a larger budget) unpin it.
         searched = sum(t.role in (BASELINE, SEARCH) for t in summary)
         pins = conf.get("pins", {})
@@ -182,10 +182,10 @@ class Confirmation:
         base = next((t for t in summary if t.role == BASELINE), None)
         anchor = [base.config] if base is not None and base.feasible else []
         conf["finalists"] = sorted({*conf.get("finalists", []), *(t.number for t in top)})
-        plan = [*anchor, *(t.config for t in top)]
-        plan += self._ablations(conf, top[0])
+        lineup = [*anchor, *(t.config for t in top)]
+        lineup += self._ablations(conf, top[0])
         study.set_user_attr("confirmation", conf)
-        if not self._rounds(study, conf, plan):
+        if not self._rounds(study, conf, lineup):
             return
         winner = self._pinned(study, conf, "crowned")
         if winner is None or winner.role == BASELINE or not search.ablate:
@@ -268,29 +268,29 @@ class Confirmation:
             min_gain=self.space.search.min_gain,
         )
 
-    def _rounds(self, study: optuna.Study, conf: dict[str, Any], plan: list[Config]) -> bool:
-        """Run ``plan`` in paired rounds, each in a rotated order: ``search.confirm_rounds``
-        of them, then more while a decision on the plan's configs is unresolved
+    def _rounds(self, study: optuna.Study, conf: dict[str, Any], lineup: list[Config]) -> bool:
+        """Run ``lineup`` in paired rounds, each in a rotated order: ``search.confirm_rounds``
+        of them, then more while a decision on the lineup's configs is unresolved
         (:meth:`_undecided`), up to ``search.confirm_max_rounds`` and, past the least
         rounds, ``search.confirm_max_s`` seconds of the confirmation. A round past the
         least runs the baseline and the configs of the unresolved decisions only. Runs an
         interrupted confirmation already made are not made again. False when the rounds
         were cut short (queued trials of another worker come first)."""
-        plan = unique(plan)
+        lineup = unique(lineup)
         trials = records(study)
         used = max((t.round for t in trials if t.round is not None), default=-1)
         search = self.space.search
-        first = first_round(conf, plan, search.confirm_rounds, used)
+        first = first_round(conf, lineup, search.confirm_rounds, used)
         study.set_user_attr("confirmation", conf)
         done = {(t.round, t.config.key()) for t in trials if t.round is not None}
-        originals = measured(trials)
+        originals = first_runs(trials)
         index = 0
         while True:
             if index < search.confirm_rounds:
-                configs = plan
+                configs = lineup
             else:
-                configs = self._undecided(study, conf, plan)
-                if not configs or not self._more_rounds(conf, plan, index, configs):
+                configs = self._undecided(study, conf, lineup)
+                if not configs or not self._more_rounds(conf, lineup, index, configs):
                     return True
                 study.set_user_attr("confirmation", conf)
             for config in rotated(configs, index):
@@ -303,10 +303,10 @@ class Confirmation:
             index += 1
 
     def _more_rounds(
-        self, conf: dict[str, Any], plan: list[Config], index: int, configs: list[Config]
+        self, conf: dict[str, Any], lineup: list[Config], index: int, configs: list[Config]
     ) -> bool:
         """Whether round ``index`` (past the least) may run: under the round and time
-        caps. It is then counted in the plan's rounds; else the note says what stays
+        caps. It is then counted in the lineup's rounds; else the note says what stays
         unresolved."""
         search = self.space.search
         spent = time.monotonic() - self.started
@@ -322,19 +322,19 @@ class Confirmation:
                 f"unresolved {why}: {names or 'the baseline'}; the simpler config is taken"
             )
             return False
-        record_rounds(conf, plan, index + 1)
+        record_rounds(conf, lineup, index + 1)
         return True
 
     def _undecided(
-        self, study: optuna.Study, conf: dict[str, Any], plan: list[Config]
+        self, study: optuna.Study, conf: dict[str, Any], lineup: list[Config]
     ) -> list[Config]:
-        """The configs of ``plan`` whose decisions are still unresolved
+        """The configs of ``lineup`` whose decisions are still unresolved
         (:mod:`autotune.decisions`), with the baseline that pairs them; empty when every
-        decision on the plan's configs is resolved. The decisions: the winner against the
+        decision on the lineup's configs is resolved. The decisions: the winner against the
         baseline and against the runner-up, each ablated knob, the reduced config."""
         result = self._confirmed(study, conf)
-        keys = {c.key() for c in plan}
-        by_key = {c.key(): c for c in plan}
+        keys = {c.key() for c in lineup}
+        by_key = {c.key(): c for c in lineup}
         winner, runner_up = result.winner, result.runner_up
         pairs: list[tuple[Any, list[str]]] = []
         if winner is not None and winner.config.key() in keys:

@@ -14,11 +14,11 @@ from collections.abc import Callable
 import optuna
 
 from ..config import Config
+from ..measurement import PREDICTED_OVER_MEMORY
 from ..results import BASELINE, DUPLICATE, REPEAT, SEARCH, TrialRecord, baseline_of
 from ..space import Space
 from .heartbeat import fail_stale_trials
 from .sampling import encode
-from .scoring import PREDICTED_OVER_MEMORY
 
 RUNNING = optuna.trial.TrialState.RUNNING
 COMPLETE = optuna.trial.TrialState.COMPLETE
@@ -57,7 +57,7 @@ def held(study: optuna.Study, key: str, other_than: int | None = None) -> bool:
     )
 
 
-def measured(trials: list[TrialRecord]) -> dict[str, TrialRecord]:
+def first_runs(trials: list[TrialRecord]) -> dict[str, TrialRecord]:
     """Each config's first measured run, by config key: not a duplicate or repeat, and not
     a config skipped as predicted over memory (never measured)."""
     return {

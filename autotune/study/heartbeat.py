@@ -21,6 +21,14 @@ from .procs import pid_alive
 
 KEY = "heartbeat"
 RUNNING = optuna.trial.TrialState.RUNNING
+# A running trial whose heartbeat is this many intervals old is stale (space.study.heartbeat_s).
+STALE_BEATS = 3
+
+
+def grace_s(heartbeat_s: float) -> float:
+    """How long a running trial may go unheard of before it is stale: :data:`STALE_BEATS`
+    heartbeat intervals (a beat or two late is a busy storage, not a dead driver)."""
+    return STALE_BEATS * heartbeat_s
 
 
 def _beat() -> dict[str, Any]:

@@ -31,9 +31,8 @@ from dataclasses import dataclass
 
 from ..config import Config
 from ..knobs import KNOBS
-from ..measurement import NAN, OK, OOM, PRUNED
+from ..measurement import ACCURACY, NAN, OK, OOM, OVER_MEMORY, PREDICTED_OVER_MEMORY, PRUNED
 from ..results import DUPLICATE, TrialRecord
-from .scoring import ACCURACY, OVER_MEMORY, PREDICTED_OVER_MEMORY
 
 # Knobs that do not change the peak memory per rank, by what the peak measures. Every
 # device: the precision of fp32 matmul arithmetic stores no tensor differently. With

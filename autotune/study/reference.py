@@ -23,7 +23,7 @@ from ..errors import WorkloadError
 from ..measurement import NAN, OOM, TIMEOUT, Measurement
 from ..results import BASELINE, TrialRecord, baseline_of, best_of
 from ..space import Space
-from . import coordination
+from . import coordination, heartbeat
 from .backend import TrialBackend
 from .coordination import claim, held, running_roles, waiting_roles
 from .reporter import Reporter
@@ -148,7 +148,7 @@ class References:
             stored = coordination.wait_for_reference(
                 study,
                 timeout_s=self.space.trial.timeout_s + 30,
-                grace_s=3 * self.space.study.heartbeat_s,
+                grace_s=heartbeat.grace_s(self.space.study.heartbeat_s),
                 note=self.reporter.note,
             )
             if stored is not None:

@@ -16,7 +16,7 @@ from typing import Any
 import optuna
 
 from ..config import Config
-from ..measurement import FAILED, Measurement
+from ..measurement import FAILED, OK, Measurement
 from ..results import DUPLICATE, REPEAT
 from ..space import Space
 from .reference import REFERENCE_FOLDER
@@ -85,7 +85,7 @@ class ReplayBackend:
             "workload_blocks": 64,
         }
         return {
-            "status": "ok",
+            "status": OK,
             "capabilities": caps,
             "environment": self.table.get("environment", {}),
         }

@@ -22,12 +22,12 @@ from typing import Any
 from ..config import Config
 from ..errors import WorkloadError
 from ..knobs import Capabilities
-from ..measurement import FAILED, OOM, PRUNED, SPAWNED_AT, STACKS_SIGNAL, TIMEOUT, Measurement
+from ..measurement import FAILED, OK, OOM, PRUNED, SPAWNED_AT, STACKS_SIGNAL, TIMEOUT, Measurement
 from ..mfu import peak_keys
 from ..space import Space
-from . import launcher, stacks
+from . import forks, stacks
 from .compile_cache import compile_cache, keep_machine_probe, machine_probe
-from .launcher import FORK, SPAWN, Forked, LauncherError
+from .forks import FORK, SPAWN, Forked, LauncherError
 from .procs import group_memory_bytes
 from .pruning import Pruner
 from .stacks import STACKS_WAIT_S, read_location
@@ -86,11 +86,11 @@ def _start(
     """Start the run's process: forked by the warm launcher (``how="fork"``, one process
     runs only) or spawned; the process and how it was started (``fork`` or ``spawn``:
     a launcher that cannot start or died means spawn)."""
-    env = launcher.run_env(extra_env)
+    env = forks.run_env(extra_env)
     env[SPAWNED_AT] = repr(time.time())  # the trial's process_start_s counts from here
     args = [str(spec_path), str(result_path)]
     if how == FORK and world_size == 1:
-        warm = launcher.shared()
+        warm = forks.shared()
         if warm is not None:
             try:
                 return warm.launch(module, args, Path(out.name), Path(err.name), env), FORK
@@ -163,7 +163,7 @@ def run_child(
     group, DataLoader workers included), or that ``stop_early()`` gives a reason to stop,
     is killed and yields a payload with that status and reason. ``env`` adds environment
     variables; ``module`` is what runs (``autotune.trial.verify`` for a verify run);
-    ``how`` starts it: ``fork`` from the warm launcher (:mod:`autotune.study.launcher`)
+    ``how`` starts it: ``fork`` from the warm launcher (:mod:`autotune.study.forks`)
     or ``spawn`` (``trial.launcher``). The payload says which in ``launcher``. This
     function raises only on KeyboardInterrupt, after killing the child's process group.
     """
@@ -258,8 +258,8 @@ def probe(space: Space, folder: Path) -> dict[str, Any]:
         env = {"TORCHINDUCTOR_CACHE_DIR": str(vec_isa)}
     result = run_child(spec, folder, space.trial.timeout_s, env=env, how=space.trial.launcher)
     if vec_isa is not None:
-        keep_machine_probe(vec_isa, result.get("status") == "ok")
-    if result.get("status") != "ok":
+        keep_machine_probe(vec_isa, result.get("status") == OK)
+    if result.get("status") != OK:
         raise WorkloadError(f"{result.get('reason', 'probe failed')} (log: {folder})")
     return result
 
@@ -277,7 +277,7 @@ def check(space: Space, folder: Path) -> dict[str, Any]:
     spec = {**_base_spec(space), "mode": "check", "device": "cpu", "batch_size": min(sizes)}
     result = run_child(spec, folder, space.trial.timeout_s)
     refused = result.get("facts", {}).get("framework_refused")
-    if result.get("status") == "ok" and refused:  # knobs a Trainer's own loop cannot set
+    if result.get("status") == OK and refused:  # knobs a Trainer's own loop cannot set
         caps = Capabilities(device="cpu", framework_refused=refused)
         result["problems"] = [*result["problems"], *space.framework_refusals(caps)]
     return result

@@ -6,14 +6,17 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from ..measurement import NAN, OK, OOM, Measurement
+from ..measurement import (
+    ACCURACY,
+    NAN,
+    OK,
+    OOM,
+    OVER_MEMORY,
+    PREDICTED_OVER_MEMORY,
+    Measurement,
+)
 from ..planned import Plan
 from ..space import AccuracyGuard, Space, TrialSettings
-
-OVER_MEMORY, ACCURACY = "over-memory", "accuracy"
-# A search config not run: the study's memory model (autotune.study.memory) predicts it
-# over the budget. Infeasible for the sampler, never measured.
-PREDICTED_OVER_MEMORY = "predicted-over-memory"
 
 
 @dataclass(frozen=True)

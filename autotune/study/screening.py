@@ -4,7 +4,7 @@ A practitioner starts from what the baseline's measurement shows: most token pos
 are padding (layout knobs), the step waits for data (DataLoader knobs), memory is mostly
 free (larger micro-batches) or nearly full (checkpointing). The screening does the same:
 each of its trials moves one searched knob to the value most likely to matter, in an
-order the baseline's :class:`Profile` sets (:data:`RULES`, each a small function that
+order the baseline's :class:`Shares` set (:data:`RULES`, each a small function that
 fires or not), so every knob's main effect is known early. Each move is made from the
 best feasible config measured so far (the baseline until a move beats it), so a lever
 found early carries into the next moves (:func:`incumbent`); expensive knobs (a cold compile of many
@@ -12,10 +12,10 @@ seconds) come last and are judged on the best layout found so far, never on a co
 that lost. Then the model-based sampler (TPE) continues with the screening as its
 history (:class:`autotune.study.search.Search`).
 
-The plan is made once, when the baseline is measured, and kept in the study's user attr
-:data:`ATTR` (order, reasons, profile); each screening trial carries its move in the user
-attr ``screen`` (``knob=value``), so a resumed study, or a worker beside it, goes on with
-the moves not yet made.
+The schedule is made once, when the baseline is measured, and kept in the study's user attr
+:data:`ATTR` (order, reasons, and the :class:`Shares` under the key ``profile``); each
+screening trial carries its move in the user attr ``screen`` (``knob=value``), so a
+resumed study, or a worker beside it, goes on with the moves not yet made.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from ..results import BASELINE, MOVE, SEARCH, TrialRecord  # noqa: F401 (screeni
 from ..space import Space
 from .sampling import like
 
-# The study user attr holding the screening plan (see module docstring).
+# The study user attr holding the screening schedule (see module docstring).
 ATTR = "screening"
-# Its value in a new study until the baseline is measured and the plan made.
+# Its value in a new study until the baseline is measured and the schedule made.
 PENDING = "pending"
 # A screening trial carries its move in the trial user attr MOVE (results.MOVE), and its
 # proposer here.
@@ -61,8 +61,10 @@ LOADER_AND_THREADS = (*LOADER, "num_threads")
 # a training step's throughput, and its cold compile costs more than a trial.
 FAR_BELOW = 0.5
 
-# A rule fires past these shares of the baseline's measurement.
-PADDING_SHARE = 0.25  # of the token positions of the window's batches
+# A rule fires past these shares of the baseline's measurement. The first two are also
+# where the advice (autotune.output.advice) speaks of padding and data loading: a share s
+# caps what removing it gains at 1/(1-s), 1.25x at 0.20, the bar for both.
+PADDING_SHARE = 0.20  # of the token positions of the window's batches
 DATA_SHARE = 0.20  # of the window, waiting for the next batch
 DATA_IDLE = 0.05  # below it, the DataLoader knobs can gain little: screened last
 PRECISION_GAIN = 1.5  # a searched dtype's measured matmul peak over the baseline's
@@ -71,7 +73,7 @@ TIGHT_MEMORY = 0.8  # peak above it: little headroom, checkpointing first
 
 
 @dataclass(frozen=True)
-class Profile:
+class Shares:
     """What the baseline's run says about where its time and memory go.
 
     Attributes:
@@ -99,7 +101,7 @@ class Profile:
         memory_budget_bytes: int | None,
         space: Space | None = None,
         environment: dict[str, Any] | None = None,
-    ) -> Profile:
+    ) -> Shares:
         peaks = [p for p in (m.judged_mem_bytes, m.peak_longest_bytes) if p]
         memory = max(peaks) / memory_budget_bytes if peaks and memory_budget_bytes else None
         split = m.time_split()
@@ -151,7 +153,7 @@ class Rule:
     last: bool = False
 
 
-def padding_first(p: Profile) -> Rule | None:
+def padding_first(p: Shares) -> Rule | None:
     if p.padding_share is None or p.padding_share < PADDING_SHARE:
         return None
     return Rule(
@@ -159,7 +161,7 @@ def padding_first(p: Profile) -> Rule | None:
     )
 
 
-def data_first(p: Profile) -> Rule | None:
+def data_first(p: Shares) -> Rule | None:
     if p.data_share is None or p.data_share < DATA_SHARE:
         return None
     return Rule(
@@ -169,7 +171,7 @@ def data_first(p: Profile) -> Rule | None:
     )
 
 
-def data_last(p: Profile) -> Rule | None:
+def data_last(p: Shares) -> Rule | None:
     """A step that hardly waits for data gains at most that wait from the DataLoader's
     knobs (more workers cannot make the step itself faster, and on a few cores they take
     cores from it), nor from fewer compute threads (whose usual gain is leaving cores to the
@@ -185,7 +187,7 @@ def data_last(p: Profile) -> Rule | None:
     )
 
 
-def precision_first(p: Profile) -> Rule | None:
+def precision_first(p: Shares) -> Rule | None:
     """Reduced precision is the largest lever where the machine computes it much faster
     (tensor cores, AMX and AVX-512 bf16 units): the probe measured it, so the precision
     knobs are screened first (after the layout knobs when padding dominates), and the
@@ -201,7 +203,7 @@ def precision_first(p: Profile) -> Rule | None:
     )
 
 
-def tight_memory_first(p: Profile) -> Rule | None:
+def tight_memory_first(p: Shares) -> Rule | None:
     if p.memory_share is None or p.memory_share < TIGHT_MEMORY:
         return None
     return Rule(
@@ -211,7 +213,7 @@ def tight_memory_first(p: Profile) -> Rule | None:
     )
 
 
-def roomy_memory_first(p: Profile) -> Rule | None:
+def roomy_memory_first(p: Shares) -> Rule | None:
     if p.memory_share is None or p.memory_share >= ROOMY_MEMORY:
         return None
     return Rule(
@@ -222,7 +224,7 @@ def roomy_memory_first(p: Profile) -> Rule | None:
 
 
 # In order: the first rule that fires puts its knobs first (a ``last`` rule's go last).
-RULES: tuple[Callable[[Profile], Rule | None], ...] = (
+RULES: tuple[Callable[[Shares], Rule | None], ...] = (
     padding_first,
     data_first,
     data_last,
@@ -232,9 +234,9 @@ RULES: tuple[Callable[[Profile], Rule | None], ...] = (
 )
 
 
-def fired(profile: Profile) -> list[Rule]:
-    """The rules the profile fires, in :data:`RULES` order."""
-    return [r for rule in RULES if (r := rule(profile)) is not None]
+def fired(shares: Shares) -> list[Rule]:
+    """The rules the baseline's shares fire, in :data:`RULES` order."""
+    return [r for rule in RULES if (r := rule(shares)) is not None]
 
 
 def values_to_try(name: str, choices: tuple[Any, ...], current: Any) -> list[Any]:
@@ -277,27 +279,27 @@ class Move:
 
 
 @dataclass(frozen=True)
-class Plan:
+class Schedule:
     """The screening's moves in order, and why the first ones come first."""
 
     moves: tuple[Move, ...]
     reasons: tuple[str, ...]
-    profile: Profile
+    shares: Shares
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "order": [m.label for m in self.moves],
             "moves": [[m.knob, m.value, m.on] for m in self.moves],
             "reasons": list(self.reasons),
-            "profile": self.profile.to_dict(),
+            "profile": self.shares.to_dict(),  # the stored key (older studies hold it)
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Plan:
+    def from_dict(cls, d: dict[str, Any]) -> Schedule:
         return cls(
             tuple(Move(*move) for move in d.get("moves", [])),
             tuple(d.get("reasons", [])),
-            Profile(**d.get("profile", {})),
+            Shares(**d.get("profile", {})),
         )
 
 
@@ -315,12 +317,12 @@ def order(space: Space, rules: Iterable[Rule]) -> list[str]:
     return ordered + [n for n in searched if n not in ordered]
 
 
-def make_plan(space: Space, baseline: Config, profile: Profile) -> Plan:
+def make_schedule(space: Space, baseline: Config, shares: Shares) -> Schedule:
     """The screening of ``space`` from ``baseline``: each searched knob moved to each of
     :func:`values_to_try` (away from its baseline value). A move of a knob that needs
     another one (prefetch_factor needs workers) waits until the best config so far
     activates it, and is not made if none does (see :func:`next_move`)."""
-    rules = fired(profile)
+    rules = fired(shares)
     values = baseline.to_dict()
     moves = []
     for name in order(space, rules):
@@ -335,7 +337,7 @@ def make_plan(space: Space, baseline: Config, profile: Profile) -> Plan:
             f"{', '.join(expensive)} last, on the best config so far and on the runner-up (a "
             "cold compile costs more than a trial, and its gain depends on the work's shape)"
         )
-    return Plan(tuple(moves), tuple(reasons), profile)
+    return Schedule(tuple(moves), tuple(reasons), shares)
 
 
 def moved(space: Space, config: Config, move: Move) -> Config | None:
@@ -390,17 +392,17 @@ def against_the_trend(space: Space, start: Config, move: Move) -> bool:
 
 def next_move(
     space: Space,
-    plan: Plan,
+    schedule: Schedule,
     starts: list[Config],
     made: set[str],
     taken: set[str],
 ) -> tuple[Move, Config] | None:
-    """The first move of ``plan`` not yet ``made`` (labels of screening trials, run or
+    """The first move of ``schedule`` not yet ``made`` (labels of screening trials, run or
     running) whose config from its start (``starts``: the incumbent, the runner-up; see
     :func:`starts`) is not ``taken`` (measured, running or skipped), with that config;
     ``None`` when no move is left that applies: the screening is over, unless a better
     config activates a knob that waits (prefetch_factor when workers win)."""
-    for move in plan.moves:
+    for move in schedule.moves:
         if move.label in made or move.on >= len(starts):
             continue
         if against_the_trend(space, starts[move.on], move):
@@ -411,15 +413,15 @@ def next_move(
     return None
 
 
-def describe(plan: Plan, budget: int | None) -> str:
+def describe(schedule: Schedule, budget: int | None) -> str:
     """What the screening will do, for the user before it runs."""
-    n = len(plan.moves)
+    n = len(schedule.moves)
     if budget is not None and budget < n:
-        first = ", ".join(m.label for m in plan.moves[:budget])
+        first = ", ".join(m.label for m in schedule.moves[:budget])
         size = f"at most {budget} of its {n} moves fit the budget ({first})"
     else:
-        size = f"at most {n} trials ({', '.join(m.label for m in plan.moves)})"
-    why = "; ".join(plan.reasons) if plan.reasons else "no rule fired: registry order"
+        size = f"at most {n} trials ({', '.join(m.label for m in schedule.moves)})"
+    why = "; ".join(schedule.reasons) if schedule.reasons else "no rule fired: registry order"
     return f"screening: one knob moved per trial from the best config so far, {size}; {why}"
 
 
@@ -444,6 +446,6 @@ def not_worth_compiling(
 
 
 def kept(user_attrs: dict[str, Any]) -> dict[str, Any] | None:
-    """The plan a study keeps (its user attrs), ``None`` before it is made or without one."""
-    plan = user_attrs.get(ATTR)
-    return plan if isinstance(plan, dict) else None
+    """The schedule a study keeps (its user attrs), ``None`` before it is made or without one."""
+    schedule = user_attrs.get(ATTR)
+    return schedule if isinstance(schedule, dict) else None

@@ -27,6 +27,7 @@ import optuna
 
 from ..config import Config
 from ..decisions import margin
+from ..measurement import PREDICTED_OVER_MEMORY
 from ..results import (
     BASELINE,
     CONFIRM,
@@ -40,9 +41,9 @@ from ..results import (
     summarize,
 )
 from ..space import Space
-from . import coordination, scoring, screening
+from . import coordination, screening
 from .coordination import claim, running_keys, waiting_roles
-from .heartbeat import fail_stale_trials
+from .heartbeat import fail_stale_trials, grace_s
 from .memory import MemoryModel, Prediction
 from .reporter import Reporter
 from .sampling import encode, every_config, sample, unmeasured
@@ -86,9 +87,9 @@ class Ground:
         skipped = {
             t.config.key(): t
             for t in trials
-            if t.status == scoring.PREDICTED_OVER_MEMORY and t.role == SEARCH
+            if t.status == PREDICTED_OVER_MEMORY and t.role == SEARCH
         }
-        return cls(trials, coordination.measured(trials), running_keys(study), skipped)
+        return cls(trials, coordination.first_runs(trials), running_keys(study), skipped)
 
     @property
     def taken(self) -> set[str]:
@@ -286,7 +287,7 @@ class Search:
             record, best_of(trials), baseline_of(trials), ground.done + 1, self.n_trials
         )
         # a worker beside us may have died meanwhile
-        fail_stale_trials(study, 3 * self.space.study.heartbeat_s)
+        fail_stale_trials(study, grace_s(self.space.study.heartbeat_s))
 
     def _closing_notes(self, ground: Ground, size: int) -> None:
         if self.not_compiled:
@@ -308,7 +309,7 @@ class Search:
 
     def _screen(self, study: optuna.Study, ground: Ground) -> None:
         """Queue the screening's next move (:mod:`autotune.study.screening`), if any: one
-        knob moved from the best feasible config so far. The plan is made once, when
+        knob moved from the best feasible config so far. The schedule is made once, when
         the baseline is measured, and kept in the study; a study made before the
         screening existed (no :data:`screening.ATTR`) is not screened."""
         search = self.space.search
@@ -321,15 +322,15 @@ class Search:
             base = baseline_of(ground.trials)
             if base is None:  # a worker beside us measures it: the sampler meanwhile
                 return
-            profile = screening.Profile.of(
+            shares = screening.Shares.of(
                 base.measurement, self.trials.memory_budget, self.space, self.environment
             )
-            plan = screening.make_plan(self.space, self.space.baseline, profile)
-            study.set_user_attr(screening.ATTR, plan.to_dict())
+            schedule = screening.make_schedule(self.space, self.space.baseline, shares)
+            study.set_user_attr(screening.ATTR, schedule.to_dict())
             left = None if self.n_trials is None else max(0, self.n_trials - ground.done)
-            self.reporter.note(screening.describe(plan, left))
+            self.reporter.note(screening.describe(schedule, left))
         else:
-            plan = screening.Plan.from_dict(stored)
+            schedule = screening.Schedule.from_dict(stored)
         made = {
             str(t.user_attrs[screening.MOVE])
             for t in study.get_trials(deepcopy=False)
@@ -337,7 +338,7 @@ class Search:
         }
         gain = margin(search.min_gain, baseline_floor(ground.trials))
         begin = screening.starts(ground.trials, gain) or [self.space.baseline]
-        found = screening.next_move(self.space, plan, begin, made, ground.taken)
+        found = screening.next_move(self.space, schedule, begin, made, ground.taken)
         if found is not None:
             move, config = found
             study.enqueue_trial(

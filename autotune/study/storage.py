@@ -27,7 +27,7 @@ from ..planned import Plan
 from ..results import MOVE, SEARCH, TrialRecord, TuneResult
 from ..space import Space
 from .sampling import ENCODING, INDEXES, VALUES, make_sampler
-from .screening import kept as kept_plan
+from .screening import kept as kept_schedule
 
 
 def open_storage(url: str) -> Any:
@@ -195,6 +195,6 @@ def load_result(
         memory_budget_bytes=space.limits.memory_bytes(environment.get("device_memory_bytes")),
         global_batch=space.global_batch,
         plan=Plan.of(space.trial),
-        screening=kept_plan(study.user_attrs),
+        screening=kept_schedule(study.user_attrs),
     )
     return study, result

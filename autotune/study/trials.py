@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import optuna
 
 from ..config import Config
-from ..measurement import Measurement
+from ..measurement import PREDICTED_OVER_MEMORY, Measurement
 from ..results import DUPLICATE, SEARCH, TrialRecord
 from ..space import Space
 from . import scoring, screening
@@ -147,7 +147,7 @@ class Trials:
         positive memory constraint, so the sampler avoids the region as after a run."""
         assert self.memory_budget is not None
         reason = prediction.reason(self.memory_budget)
-        m = Measurement(status=scoring.PREDICTED_OVER_MEMORY, reason=reason)
+        m = Measurement(status=PREDICTED_OVER_MEMORY, reason=reason)
         verdict = scoring.predicted_over(prediction.peak_bytes, reason, self.memory_budget)
         if prediction.peak_bytes is not None:
             trial.set_user_attr("predicted_peak_bytes", int(prediction.peak_bytes))

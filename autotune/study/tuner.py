@@ -27,11 +27,11 @@ from ..results import (
 )
 from ..space import Space
 from ..space_file import load_space, with_workload_baseline
-from . import coordination, launcher, screening
+from . import coordination, forks, screening
 from .backend import SubprocessBackend, TrialBackend
 from .confirm import Confirmation
-from .heartbeat import fail_stale_trials
-from .launcher import FORK
+from .forks import FORK
+from .heartbeat import fail_stale_trials, grace_s
 from .reference import References
 from .reporter import Reporter
 from .sampling import make_sampler
@@ -153,7 +153,7 @@ class Tuner:
             study.set_user_attr(screening.ATTR, screening.PENDING)
         # The launcher imports torch while the probe is set up; a replay runs no process.
         if self.space.trial.launcher == FORK and isinstance(self.backend, SubprocessBackend):
-            launcher.prestart(self.out_dir / "launcher.log")
+            forks.prestart(self.out_dir / "launcher.log")
         try:
             self._prepare()
             self._resume(study)
@@ -173,7 +173,7 @@ class Tuner:
                     self.space, self.study_name, self.storage, self.notes, self.reporter, trials
                 ).confirm(study)
         finally:  # a tune() call leaves no process behind, not even the idle launcher
-            launcher.shutdown()
+            forks.shutdown()
         return self._result(study)
 
     def _resume(self, study: optuna.Study) -> None:
@@ -181,7 +181,7 @@ class Tuner:
         self._same_workload_baseline(study)
         study.set_user_attr("environment", self.environment)
         study.set_user_attr("capabilities", self.capabilities)
-        stale = fail_stale_trials(study, grace_s=3 * self.space.study.heartbeat_s)
+        stale = fail_stale_trials(study, grace_s=grace_s(self.space.study.heartbeat_s))
         if stale:
             self.reporter.note(
                 f"trial(s) {', '.join(map(str, stale))} were left running by a driver "

@@ -29,13 +29,14 @@ from ..decisions import interval
 from ..errors import ArgumentError, StorageError, make_folder
 from ..measurement import FAILED, OK, TOKENS, compile_estimate_s
 from ..planned import Plan
-from ..results import TrialRecord, TuneResult
+from ..results import BASELINE, TrialRecord, TuneResult
 from ..space import Space
 from . import runner
 from .scoring import rate_objective
 from .storage import load_result
 
-BASELINE, RECOMMENDED = "baseline", "recommended"
+# The two roles of a verify run: the baseline (results.BASELINE, a trial role too) and this.
+RECOMMENDED = "recommended"
 DEFAULT_ROUNDS = 3
 # Rounds are added past the least while the error's interval straddles the goal's edge.
 DEFAULT_MAX_ROUNDS = 8

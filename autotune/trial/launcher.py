@@ -18,7 +18,7 @@ stdin: ``{"id", "module", "argv", "stdout", "stderr", "cwd", "env"}``; the launc
 answers on its stdout: ``{"ready": pid}`` once, ``{"id", "pid"}`` when a child is
 forked (or ``{"id", "error"}``) and ``{"pid", "returncode"}`` when one exits
 (a negative return code: killed by that signal, as :class:`subprocess.Popen` reports).
-End of stdin ends the launcher. The driver's side is :mod:`autotune.study.launcher`.
+End of stdin ends the launcher. The driver's side is :mod:`autotune.study.forks`.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def preload() -> None:
     before the first compiled step, in a spawned trial as in a forked one). They load
     inductor's and AOTAutograd's configs, which read ``TORCH*`` variables when
     imported: the driver gives the launcher the values it gives each run (the compile
-    cache flags, :func:`autotune.study.launcher.import_env`), and a run whose values
+    cache flags, :func:`autotune.study.forks.import_env`), and a run whose values
     differ is spawned. The cache folders are read when a graph is compiled, in the run.
     """
     import torch

@@ -6,8 +6,8 @@ from __future__ import annotations
 import optuna
 
 from autotune import load_space, tune
+from autotune.measurement import PREDICTED_OVER_MEMORY
 from autotune.study.sampling import encode
-from autotune.study.scoring import PREDICTED_OVER_MEMORY
 
 MiB = 2**20
 

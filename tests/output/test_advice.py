@@ -12,6 +12,7 @@ from __future__ import annotations
 from autotune import Config, Measurement
 from autotune.output.advice import Evidence, advice
 from autotune.results import TrialRecord, TuneResult
+from autotune.study import screening
 
 
 def _profile(device="cpu", config=None, **shares):
@@ -185,6 +186,22 @@ def test_padding_rule_suggests_only_what_the_config_can_still_take():
     packed = _profile(forward=0.45, backward=0.45, config={"packing": "packed"})
     tip = _tip(packed | {"padding_share": 0.3}, "30% of the token positions")
     assert "length_grouping" not in tip and "packing (" not in tip  # it needs packing off
+
+
+def test_the_advice_speaks_of_padding_and_data_where_the_screening_moves_them_first():
+    """One threshold each: a baseline whose padding or data wait makes the screening move
+    the layout or DataLoader knobs first gets the advice to try them, and one just below
+    gets neither (at 0.22 padding the advice spoke while the screening did not, when the
+    two kept their own thresholds)."""
+    for share in (0.19, 0.2, 0.22, 0.3):
+        moved = screening.padding_first(screening.Shares(padding_share=share)) is not None
+        padded = _profile(forward=0.45, backward=0.45) | {"padding_share": share}
+        assert moved == (share >= 0.2)
+        assert (_tip(padded, f"{share:.0%} of the token positions") is not None) == moved
+        moved = screening.data_first(screening.Shares(data_share=share)) is not None
+        waits = _profile(data=share, forward=0.3, config={"num_workers": 0}) | {"cpu_count": 4}
+        assert moved == (share >= 0.2)
+        assert (_tip(waits, f"data loading takes {share:.0%}") is not None) == moved
 
 
 def test_recompile_rule_fires_on_graphs_built_after_warm_up_only():

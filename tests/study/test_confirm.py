@@ -138,11 +138,11 @@ def test_rounds_rotate_and_every_run_is_paired_with_a_baseline_run(write_space, 
     confirm = backend.calls[16:]
     # Plan 1: baseline, 2 finalists, 3 ablations (the winner differs from the baseline in
     # batch_size, num_workers and gradient_checkpointing) = 6 configs x 3 rounds.
-    plan = confirm[:6]
-    assert plan[0] == space.baseline
-    assert confirm[6:12] == plan[1:] + plan[:1]  # round 2: rotated by one
-    assert confirm[12:18] == plan[2:] + plan[:2]
-    assert len({c.key() for c in plan}) == 6
+    lineup = confirm[:6]
+    assert lineup[0] == space.baseline
+    assert confirm[6:12] == lineup[1:] + lineup[:1]  # round 2: rotated by one
+    assert confirm[12:18] == lineup[2:] + lineup[:2]
+    assert len({c.key() for c in lineup}) == 6
     # Nothing was within noise, so no reduction rounds.
     assert len(confirm) == 18 and result.reduction is None
     assert result.best.number == result.winner.number

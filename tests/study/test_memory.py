@@ -11,10 +11,10 @@ import pytest
 from autotune import Config, Measurement, load_space, tune
 from autotune.errors import SpaceError
 from autotune.knobs import KNOBS
+from autotune.measurement import OVER_MEMORY, PREDICTED_OVER_MEMORY
 from autotune.results import DUPLICATE, SEARCH, TrialRecord
 from autotune.study.memory import MARGIN, MemoryModel, memory_key
 from autotune.study.replay import ReplayBackend
-from autotune.study.scoring import OVER_MEMORY, PREDICTED_OVER_MEMORY
 
 GIB = 2**30
 MIB = 2**20

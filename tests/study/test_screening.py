@@ -20,7 +20,7 @@ from autotune.results import BASELINE, SEARCH, TrialRecord
 from autotune.study import screening
 from autotune.study.replay import ReplayBackend
 from autotune.study.reporter import Reporter
-from autotune.study.screening import Move, Profile
+from autotune.study.screening import Move, Shares
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,43 +33,43 @@ ROOT = Path(__file__).resolve().parents[2]
     [
         (
             screening.padding_first,
-            Profile(padding_share=0.72),
-            Profile(padding_share=0.10),
+            Shares(padding_share=0.72),
+            Shares(padding_share=0.10),
             "length_grouping",
             "padding 72% of token positions: layout knobs first",
         ),
         (
             screening.data_first,
-            Profile(data_share=0.60),
-            Profile(data_share=0.05),
+            Shares(data_share=0.60),
+            Shares(data_share=0.05),
             "num_workers",
             "the step waited for data 60% of the window: DataLoader knobs first",
         ),
         (
             screening.data_last,
-            Profile(data_share=0.02),
-            Profile(data_share=0.30),
+            Shares(data_share=0.02),
+            Shares(data_share=0.30),
             "num_workers",
             "the step waited for data 2% of the window: DataLoader knobs and threads last",
         ),
         (
             screening.precision_first,
-            Profile(precision_gain=2.1, precision="bf16"),
-            Profile(precision_gain=1.2, precision="bf16"),
+            Shares(precision_gain=2.1, precision="bf16"),
+            Shares(precision_gain=1.2, precision="bf16"),
             "amp_dtype",
             "bf16 matmuls measured 2.1x the baseline's peak on this machine: precision first",
         ),
         (
             screening.tight_memory_first,
-            Profile(memory_share=0.90),
-            Profile(memory_share=0.60),
+            Shares(memory_share=0.90),
+            Shares(memory_share=0.60),
             "gradient_checkpointing",
             "peak memory 90% of the budget: checkpointing first",
         ),
         (
             screening.roomy_memory_first,
-            Profile(memory_share=0.10),
-            Profile(memory_share=0.60),
+            Shares(memory_share=0.10),
+            Shares(memory_share=0.60),
             "batch_size",
             "peak memory 10% of the budget: larger micro-batches first",
         ),
@@ -79,10 +79,10 @@ def test_each_rule_fires_past_its_threshold_and_not_below(rule, fires, quiet, fi
     fired = rule(fires)
     assert fired is not None and fired.knobs[0] == first_knob and fired.reason == reason
     assert rule(quiet) is None
-    assert rule(Profile()) is None  # nothing measured: no rule fires
+    assert rule(Shares()) is None  # nothing measured: no rule fires
 
 
-def test_a_profile_reads_the_baselines_padding_data_wait_and_memory():
+def test_the_shares_read_the_baselines_padding_data_wait_and_memory():
     m = Measurement(
         status="ok",
         padding_share=0.7,
@@ -90,9 +90,9 @@ def test_a_profile_reads_the_baselines_padding_data_wait_and_memory():
         peak_mem_bytes=100,
         peak_longest_bytes=300,
     )
-    p = Profile.of(m, memory_budget_bytes=1000)
+    p = Shares.of(m, memory_budget_bytes=1000)
     assert (p.padding_share, p.data_share, p.memory_share) == (0.7, 0.3, 0.3)
-    assert Profile.of(m, memory_budget_bytes=None).memory_share is None
+    assert Shares.of(m, memory_budget_bytes=None).memory_share is None
 
 
 def test_the_precision_gain_is_the_probes_measured_peaks_of_the_searched_dtypes(write_space):
@@ -122,12 +122,12 @@ def test_the_precision_gain_is_the_probes_measured_peaks_of_the_searched_dtypes(
     assert screening.precision_gain(space("{batch_size: [16, 32]}"), env) == (None, None)
     assert screening.precision_gain(amp, {}) == (None, None)
     m = Measurement(status="ok", data_share=0.1)
-    profile = Profile.of(m, None, amp, env)
-    assert (profile.precision_gain, profile.precision) == (pytest.approx(2.15), "bf16")
-    assert screening.precision_first(profile) is not None
+    shares = Shares.of(m, None, amp, env)
+    assert (shares.precision_gain, shares.precision) == (pytest.approx(2.15), "bf16")
+    assert screening.precision_first(shares) is not None
     # A CPU without bf16 units measures bf16 slower than fp32: the rule stays quiet.
     slow = {"peak_flops": {**peaks, "bf16": {"flops_per_s": 60e9}, "fp32-high": peaks["fp32"]}}
-    assert screening.precision_first(Profile.of(m, None, amp, slow)) is None
+    assert screening.precision_first(Shares.of(m, None, amp, slow)) is None
 
 
 # --- the values a move tries -------------------------------------------------------------
@@ -150,7 +150,7 @@ def test_values_to_try():
     assert screening.values_to_try("channels_last", (False,), False) == []
 
 
-# --- the plan: rule knobs first, expensive knobs last ---------------------------------
+# --- the schedule: rule knobs first, expensive knobs last ---------------------------------
 
 
 def _text_space(write_space):
@@ -173,8 +173,8 @@ def _text_space(write_space):
 
 def test_padding_puts_layout_knobs_first_and_compile_last(write_space):
     space = _text_space(write_space)
-    plan = screening.make_plan(space, space.baseline, Profile(padding_share=0.7))
-    labels = [m.label for m in plan.moves]
+    schedule = screening.make_schedule(space, space.baseline, Shares(padding_share=0.7))
+    labels = [m.label for m in schedule.moves]
     assert labels == [
         "length_grouping=grouped",
         "pad_to_multiple_of=64",
@@ -185,16 +185,20 @@ def test_padding_puts_layout_knobs_first_and_compile_last(write_space):
         "compile_mode=default",
         "compile_mode=default on the runner-up",
     ]
-    assert plan.reasons[0] == "padding 70% of token positions: layout knobs first"
-    assert "compile_mode last, on the best config so far and on the runner-up" in plan.reasons[-1]
+    assert schedule.reasons[0] == "padding 70% of token positions: layout knobs first"
+    assert (
+        "compile_mode last, on the best config so far and on the runner-up" in schedule.reasons[-1]
+    )
     # Without the padding, the layout knobs wait their registry turn; compile stays last.
-    plain = screening.make_plan(space, space.baseline, Profile(padding_share=0.05))
+    plain = screening.make_schedule(space, space.baseline, Shares(padding_share=0.05))
     assert [m.label for m in plain.moves][0] == "batch_size=32"
     assert plain.moves[-2].label == "compile_mode=default"
-    assert screening.Plan.from_dict(json.loads(json.dumps(plan.to_dict()))) == plan
+    assert screening.Schedule.from_dict(json.loads(json.dumps(schedule.to_dict()))) == schedule
     # A step that hardly waits for data: workers and threads after the compile (they can
     # only remove that wait); with a real wait, in their registry turn before it.
-    idle = screening.make_plan(space, space.baseline, Profile(padding_share=0.7, data_share=0.02))
+    idle = screening.make_schedule(
+        space, space.baseline, Shares(padding_share=0.7, data_share=0.02)
+    )
     assert [m.label for m in idle.moves][-4:] == [
         "compile_mode=default",
         "compile_mode=default on the runner-up",
@@ -202,7 +206,9 @@ def test_padding_puts_layout_knobs_first_and_compile_last(write_space):
         "num_threads=1",
     ]
     assert "DataLoader knobs and threads last" in idle.reasons[1]
-    waits = screening.make_plan(space, space.baseline, Profile(padding_share=0.7, data_share=0.1))
+    waits = screening.make_schedule(
+        space, space.baseline, Shares(padding_share=0.7, data_share=0.1)
+    )
     assert [m.label for m in waits.moves] == labels
 
 
@@ -211,7 +217,7 @@ def test_a_baseline_with_little_memory_headroom_screens_checkpointing_first(
     write_space, peak_bytes
 ):
     """A baseline whose peak (its longest batch's, for text) fills 80% or more of the
-    memory budget: the plan's first move turns checkpointing on (it frees the memory a
+    memory budget: the schedule's first move turns checkpointing on (it frees the memory a
     larger micro-batch or a faster layout needs); with room, larger micro-batches first."""
     space = load_space(
         write_space("""
@@ -225,25 +231,32 @@ def test_a_baseline_with_little_memory_headroom_screens_checkpointing_first(
     """)
     )
     tight = Measurement(status="ok", peak_mem_bytes=peak_bytes // 2, peak_longest_bytes=peak_bytes)
-    plan = screening.make_plan(space, space.baseline, Profile.of(tight, memory_budget_bytes=1000))
-    assert plan.moves[0] == Move("gradient_checkpointing", True)
+    schedule = screening.make_schedule(
+        space, space.baseline, Shares.of(tight, memory_budget_bytes=1000)
+    )
+    assert schedule.moves[0] == Move("gradient_checkpointing", True)
     assert (
-        plan.reasons[0] == f"peak memory {peak_bytes / 1000:.0%} of the budget: checkpointing first"
+        schedule.reasons[0]
+        == f"peak memory {peak_bytes / 1000:.0%} of the budget: checkpointing first"
     )
     # the same baseline below the line: checkpointing waits its registry turn
     roomy = Measurement(status="ok", peak_mem_bytes=790)
-    plain = screening.make_plan(space, space.baseline, Profile.of(roomy, memory_budget_bytes=1000))
+    plain = screening.make_schedule(
+        space, space.baseline, Shares.of(roomy, memory_budget_bytes=1000)
+    )
     assert plain.moves[0] != Move("gradient_checkpointing", True)
     assert not any("checkpointing first" in r for r in plain.reasons)
     free = Measurement(status="ok", peak_mem_bytes=100)
-    first = screening.make_plan(space, space.baseline, Profile.of(free, memory_budget_bytes=1000))
+    first = screening.make_schedule(
+        space, space.baseline, Shares.of(free, memory_budget_bytes=1000)
+    )
     assert first.moves[0] == Move("batch_size", 32)
 
 
 def test_the_budget_cuts_the_screening_in_its_order(write_space):
     space = _text_space(write_space)
-    plan = screening.make_plan(space, space.baseline, Profile(padding_share=0.7))
-    text = screening.describe(plan, budget=2)
+    schedule = screening.make_schedule(space, space.baseline, Shares(padding_share=0.7))
+    text = screening.describe(schedule, budget=2)
     assert "at most 2 of its 8 moves fit the budget (length_grouping=grouped, pad_to" in text
     assert "padding 70% of token positions" in text
 
@@ -282,20 +295,24 @@ def test_a_move_of_a_knob_that_needs_another_waits_until_the_incumbent_activates
         global_batch: 32
     """)
     )
-    plan = screening.make_plan(space, space.baseline, Profile(data_share=0.5))
-    assert [m.label for m in plan.moves] == ["num_workers=2", "prefetch_factor=4", "batch_size=32"]
+    schedule = screening.make_schedule(space, space.baseline, Shares(data_share=0.5))
+    assert [m.label for m in schedule.moves] == [
+        "num_workers=2",
+        "prefetch_factor=4",
+        "batch_size=32",
+    ]
     base = space.baseline
     # From the baseline (no workers) prefetch cannot move: the next move is the batch size.
-    move, config = screening.next_move(space, plan, [base], {"num_workers=2"}, set())
+    move, config = screening.next_move(space, schedule, [base], {"num_workers=2"}, set())
     assert move.label == "batch_size=32" and config.batch_size == 32
     # Once workers win, prefetch moves from there.
     workers = space.config_from({"num_workers": 2})
-    move, config = screening.next_move(space, plan, [workers], {"num_workers=2"}, set())
+    move, config = screening.next_move(space, schedule, [workers], {"num_workers=2"}, set())
     assert move == Move("prefetch_factor", 4) and config.num_workers == 2
     assert config.prefetch_factor == 4
     # A move whose config is measured already is not made again; none left: None.
     taken = {config.key(), space.config_from({"num_workers": 2, "batch_size": 32}).key()}
-    assert screening.next_move(space, plan, [workers], {"num_workers=2"}, taken) is None
+    assert screening.next_move(space, schedule, [workers], {"num_workers=2"}, taken) is None
 
 
 def test_the_batch_size_goes_down_only_when_no_larger_size_won(write_space):
@@ -307,16 +324,16 @@ def test_the_batch_size_goes_down_only_when_no_larger_size_won(write_space):
         global_batch: 64
     """)
     )
-    plan = screening.make_plan(space, space.baseline, Profile())
-    labels = [m.label for m in plan.moves]
+    schedule = screening.make_schedule(space, space.baseline, Shares())
+    labels = [m.label for m in schedule.moves]
     assert labels[:3] == ["batch_size=64", "batch_size=32", "batch_size=8"]
     made = {"batch_size=64", "batch_size=32"}
     # The larger sizes lost: the incumbent is still the baseline, so the size goes down.
-    move, config = screening.next_move(space, plan, [space.baseline], made, set())
+    move, config = screening.next_move(space, schedule, [space.baseline], made, set())
     assert move.label == "batch_size=8" and config.batch_size == 8
     # Batch 32 won: a size below the baseline's is against the trend and not made.
     up = space.config_from({"batch_size": 32})
-    move, config = screening.next_move(space, plan, [up], made, set())
+    move, config = screening.next_move(space, schedule, [up], made, set())
     assert move.label == "amp_dtype=bf16" and config.batch_size == 32
     assert screening.against_the_trend(space, up, Move("batch_size", 8))
     assert not screening.against_the_trend(space, space.baseline, Move("batch_size", 8))
@@ -352,8 +369,8 @@ def test_a_replayed_study_screens_one_knob_per_trial_then_hands_over_to_tpe(tmp_
         reporter=notes,
     )
     study = optuna.load_study(study_name=space.study.name, storage=storage)
-    plan = study.user_attrs[screening.ATTR]
-    assert plan["order"] == [
+    schedule = study.user_attrs[screening.ATTR]
+    assert schedule["order"] == [
         "batch_size=128",
         "batch_size=64",
         "batch_size=16",
@@ -368,10 +385,10 @@ def test_a_replayed_study_screens_one_knob_per_trial_then_hands_over_to_tpe(tmp_
     screened = [t for t in trials if screening.MOVE in t.user_attrs]
     # The screening runs right after the baseline, one trial per planned move, in order.
     assert [t.number for t in screened] == list(range(1, 7))
-    assert [t.user_attrs[screening.MOVE] for t in screened] == plan["order"]
+    assert [t.user_attrs[screening.MOVE] for t in screened] == schedule["order"]
     records = {t.number: t for t in result.trials}
     # Each screening trial's record names its move, and its progress line says it.
-    assert [records[t.number].move for t in screened] == plan["order"]
+    assert [records[t.number].move for t in screened] == schedule["order"]
     assert all(r.move is None for r in result.trials if r.number not in range(1, 7))
     out = io.StringIO()
     ConsoleReporter(Console(file=out, width=300)).trial(records[4], records[4], records[0], 5, 12)
@@ -410,7 +427,7 @@ def test_a_replayed_study_screens_one_knob_per_trial_then_hands_over_to_tpe(tmp_
     )
     assert "amp_dtype" in facts["knob_time"].text
     data = report_data(result, {})
-    assert data["screening"]["order"] == plan["order"]
+    assert data["screening"]["order"] == schedule["order"]
     assert {row["knob"] for row in data["knob_time"]} == set(costs)
 
 
@@ -491,7 +508,7 @@ def test_a_grid_measures_every_config_compiled_ones_whose_eager_twin_lost_includ
 
 def test_a_replayed_study_screens_precision_first_where_the_probe_measured_it_faster(tmp_path):
     # cnn_amp_grid was recorded on a CPU with bf16 units: its probe measured bf16 matmuls
-    # at 2.1x the fp32 peak, so the study's plan moves amp_dtype before the batch size.
+    # at 2.1x the fp32 peak, so the study's schedule moves amp_dtype before the batch size.
     table = json.loads((ROOT / "benchmarks/tables/cnn_amp_grid.json").read_text())
     space = load_space(ROOT / table["space"])
     search = dataclasses.replace(
@@ -501,17 +518,17 @@ def test_a_replayed_study_screens_precision_first_where_the_probe_measured_it_fa
     storage = f"sqlite:///{tmp_path}/s.db"
     backend = ReplayBackend(table, space.baseline)
     result = tune(space, storage=storage, out_dir=tmp_path, backend=backend, n_trials=5)
-    plan = optuna.load_study(study_name=space.study.name, storage=storage).user_attrs[
+    schedule = optuna.load_study(study_name=space.study.name, storage=storage).user_attrs[
         screening.ATTR
     ]
-    assert plan["order"][:4] == [
+    assert schedule["order"][:4] == [
         "amp_dtype=bf16",
         "batch_size=128",
         "batch_size=64",
         "batch_size=16",
     ]
-    assert plan["reasons"][0].startswith("bf16 matmuls measured 2.1x the baseline's peak")
-    assert plan["profile"]["precision"] == "bf16"
+    assert schedule["reasons"][0].startswith("bf16 matmuls measured 2.1x the baseline's peak")
+    assert schedule["profile"]["precision"] == "bf16"
     assert [c.amp_dtype for c in backend.calls[:2]] == ["fp32", "bf16"]
     # Batch 64 won in bf16: batch 16 is against the trend, so the fifth trial moves the
     # next knob. The summary lists the moves made and the planned ones not made.

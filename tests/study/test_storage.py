@@ -10,7 +10,7 @@ from conftest import TINY_SPACE
 from autotune import load_space
 from autotune.credentials import ENV
 from autotune.errors import StorageError
-from autotune.study import launcher, storage
+from autotune.study import forks, storage
 from autotune.study.sampling import make_sampler
 from autotune.study.workers import worker_command
 
@@ -60,4 +60,4 @@ def test_a_worker_gets_the_storage_in_its_environment_not_its_argv(monkeypatch):
 
 def test_trials_do_not_inherit_the_storage(monkeypatch):
     monkeypatch.setenv(ENV, SECRET_URL)
-    assert ENV not in launcher.run_env({"X": "1"})
+    assert ENV not in forks.run_env({"X": "1"})

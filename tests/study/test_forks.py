@@ -16,8 +16,8 @@ import pytest
 from conftest import HERE, TINY_SPACE
 
 from autotune import Config, load_space, tune
-from autotune.study import launcher
-from autotune.study.launcher import Launcher, LauncherError
+from autotune.study import forks
+from autotune.study.forks import Launcher, LauncherError
 from autotune.study.runner import run_trial
 
 # A workload that writes, when the trial imports it, what it finds of the process.
@@ -73,8 +73,8 @@ from workloads import tiny as workload
 def state_space(write_space, tmp_path, monkeypatch):
     # The launcher starts before the driver's environment, path and folder change: the
     # forked run must take the run's, not the launcher's.
-    launcher.shutdown()
-    launcher.prestart()
+    forks.shutdown()
+    forks.prestart()
     (tmp_path / "state_workload.py").write_text(STATE_WORKLOAD)
     lib = tmp_path / "lib"
     lib.mkdir()
@@ -135,7 +135,7 @@ def faulty_space(write_space):
 def test_a_crash_or_a_hang_harms_neither_the_launcher_nor_the_next_trial(faulty_space, tmp_path):
     ok = run_trial(faulty_space, Config(batch_size=8), tmp_path / "first")
     assert ok.ok and ok.launcher == "fork", ok.reason
-    pid = launcher.STATE.launcher.proc.pid
+    pid = forks.STATE.launcher.proc.pid
     aborted = run_trial(faulty_space, Config(batch_size=64), tmp_path / "abort")
     assert aborted.status == "failed" and "SIGABRT" in aborted.reason
     assert "forward" in aborted.reason, aborted.reason
@@ -144,7 +144,7 @@ def test_a_crash_or_a_hang_harms_neither_the_launcher_nor_the_next_trial(faulty_
     assert "DataLoader worker" in hung.reason, hung.reason
     again = run_trial(faulty_space, Config(batch_size=8), tmp_path / "again")
     assert again.ok and again.launcher == "fork", again.reason
-    assert launcher.STATE.launcher.proc.pid == pid  # the same launcher served them all
+    assert forks.STATE.launcher.proc.pid == pid  # the same launcher served them all
     assert again.losses == ok.losses  # and the next trial is the trial it was
 
 
@@ -168,7 +168,7 @@ def test_a_launcher_that_dies_takes_its_runs_with_it_and_the_next_run_gets_a_new
     with pytest.raises(LauncherError, match="gone|died"):
         warm.launch("timeit", ["pass"], tmp_path / "o", tmp_path / "e", warm.env)
     # the driver's shared launcher is started again once after it died
-    launcher.shutdown()
+    forks.shutdown()
     space = load_space(
         write_space("""
         workload: {workloads}:tiny
@@ -176,12 +176,12 @@ def test_a_launcher_that_dies_takes_its_runs_with_it_and_the_next_run_gets_a_new
     """)
     )
     first = run_trial(space, Config(batch_size=16), tmp_path / "a")
-    shared = launcher.STATE.launcher
+    shared = forks.STATE.launcher
     os.kill(shared.proc.pid, signal.SIGKILL)
     shared.proc.wait()
     second = run_trial(space, Config(batch_size=16), tmp_path / "b")
     assert first.launcher == second.launcher == "fork"
-    assert launcher.STATE.launcher is not shared and second.losses == first.losses
+    assert forks.STATE.launcher is not shared and second.losses == first.losses
 
 
 def _wait_gone(pid: int) -> None:
@@ -237,8 +237,8 @@ def test_a_run_that_changes_a_variable_read_at_import_is_spawned(
     second = run_trial(space, Config(batch_size=16), tmp_path / "b")
     assert (first.launcher, second.launcher) == ("fork", "spawn")
     assert second.ok and second.losses == first.losses, second.reason
-    warm = launcher.STATE.launcher
-    env = {**os.environ, **launcher.import_env(os.environ)}  # what a run gets
+    warm = forks.STATE.launcher
+    env = {**os.environ, **forks.import_env(os.environ)}  # what a run gets
     assert warm.differs_at_import(env) == ["OMP_NUM_THREADS"]
     # read by the run itself: its own value is taken
     for name in ("PYTHONPATH", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
@@ -263,10 +263,10 @@ def _launchers_of(pid: int) -> list[int]:
 
 
 def test_a_study_forks_its_runs_and_leaves_no_launcher_behind(write_space, tmp_path):
-    launcher.shutdown()
+    forks.shutdown()
     space = load_space(write_space(TINY_SPACE))
     result = tune(space, storage=f"sqlite:///{tmp_path}/s.db", out_dir=tmp_path / "runs")
     assert len(result.trials) == 3
     assert {t.measurement.launcher for t in result.trials} == {"fork"}
     assert (tmp_path / "runs" / "space" / "launcher.log").is_file()
-    assert launcher.STATE.launcher is None and _launchers_of(os.getpid()) == []
+    assert forks.STATE.launcher is None and _launchers_of(os.getpid()) == []

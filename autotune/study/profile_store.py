@@ -17,10 +17,12 @@ from typing import Any
 import optuna
 
 from ..errors import ArgumentError
+from ..measurement import OK
 from ..results import TrialRecord
 from ..space import Space
 from .backend import SubprocessBackend, TrialBackend
 from .reporter import Reporter
+from .trials import trial_folder
 
 PROFILE_ATTR = "profile:{number}"
 DEFAULT_PROFILE_STEPS = 5
@@ -74,10 +76,10 @@ def ensure_profiles(
         stored = None if force else stored_profile(study, record)
         if stored is None:
             reporter.note(f"profiling trial #{record.number} ({record.config.short()})")
-            folder = runs_dir / f"trial-{record.number:04d}" / "profile"
+            folder = trial_folder(runs_dir, record.number) / "profile"
             stored = backend.profile_trial(space, record.config, folder, steps)
             stored["config"] = record.config.to_dict()
-            if stored.get("status") == "ok":  # a failed profile is retried next time
+            if stored.get("status") == OK:  # a failed profile is retried next time
                 study.set_user_attr(PROFILE_ATTR.format(number=record.number), stored)
         out[record.number] = stored
     return out

@@ -1,4 +1,4 @@
-"""The driver's side of the warm launcher (:mod:`autotune.trial.launcher`).
+"""The driver's side of the warm launcher (:mod:`autotune.trial.launcher`): forked runs.
 
 ``trial.launcher: fork`` (the default where the OS can fork) starts each run by asking a
 launcher process, which has imported torch and the trial code once, to fork it; ``spawn``
