@@ -19,6 +19,7 @@ from .decisions import PROVEN, UNRESOLVED, Decision, margin, noise_floor
 from .measurement import OK, PRUNED, Measurement, fixed_cost
 from .mfu import Mfu, mfu_of, shown, unavailable
 from .planned import Plan, Projection, project
+from .space import ENERGY, THROUGHPUT
 
 # Roles of a trial: the baseline (trial 0), a config the search measured, a proposal of a
 # config measured before (not run again), a run of a measured config in a confirmation
@@ -247,6 +248,8 @@ class TuneResult:
     margin: float = MIN_GAIN
     # Per round both ran in: the winner's value over the runner-up's.
     lead_ratios: tuple[float, ...] = ()
+    # What the values are (trial.objective): "throughput" (units/s) or "energy" (units/J).
+    objective: str = THROUGHPUT
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "storage", redact_url(self.storage))
@@ -333,6 +336,12 @@ class TuneResult:
         units = {t.measurement.unit for t in self.trials if t.measurement.rate}
         return "tokens" if "tokens" in units else "samples"
 
+    @property
+    def objective_unit(self) -> str:
+        """The values' unit: ``samples/s`` (``tokens/s``), or ``samples/J`` for a study
+        whose objective is energy."""
+        return f"{self.unit}/{'J' if self.objective == ENERGY else 's'}"
+
     def mfu(self, record: TrialRecord | None) -> Mfu | None:
         """A config's MFU (:func:`autotune.mfu.mfu_of`: the one computation behind every
         view), from its (aggregated) measurement and the study's probe figures."""
@@ -375,10 +384,12 @@ class TuneResult:
         baseline's aggregated figures and :attr:`speedup` (:func:`autotune.planned.project`);
         ``None`` without a planned length or a speedup."""
         best, base = self.best, self.baseline
-        if best is None or base is None:
+        if best is None or base is None or self.speedup is None:
             return None
         same = best.number == base.number
-        return project(self.plan, base.measurement, self.speedup, same)
+        # An energy study's ratio is not a time's: the recommended time is its own.
+        speedup = None if self.objective == ENERGY else self.speedup
+        return project(self.plan, base.measurement, speedup, same, best.measurement)
 
     @property
     def headroom_bytes(self) -> int | None:
@@ -716,7 +727,7 @@ def recommendation(result: TuneResult) -> dict[str, Any]:
     measured: dict[str, Any] = {
         "trial": best.number,
         "aggregation": aggregation_text(best),
-        "objective": round(best.value, 3),
+        "objective": _figure(best.value, result),
         "unit": m.unit,
         "samples_per_s": round(m.samples_per_s or 0.0, 3),
         "step_time_median_s": m.step_time_median_s,
@@ -749,7 +760,7 @@ def recommendation(result: TuneResult) -> dict[str, Any]:
             measured[name] = getattr(m, name)
     if base is not None:
         measured["baseline_trial"] = base.number
-        measured["baseline_objective"] = round(base.value, 3)
+        measured["baseline_objective"] = _figure(base.value, result)
         if result.speedup is not None:
             measured["speedup"] = round(result.speedup, 3)
         if best.ratio_range is not None:
@@ -762,6 +773,8 @@ def recommendation(result: TuneResult) -> dict[str, Any]:
         why_not = unavailable(result.environment)
         if why_not:
             measured["mfu_unavailable"] = why_not
+    if result.objective == ENERGY:  # the values (and speedup: their ratio) are units/J
+        measured["objective_unit"] = result.objective_unit
     if result.global_batch is None:
         measured["warning"] = FREE_BATCH_WARNING
     out: dict[str, Any] = {
@@ -785,6 +798,12 @@ def recommendation(result: TuneResult) -> dict[str, Any]:
     out["environment"] = result.environment
     out["study"] = {"name": result.study_name, "storage": result.storage}
     return out
+
+
+def _figure(value: float, result: TuneResult) -> float:
+    """A value rounded for a file: 3 decimals of units/s, 4 significant digits of units/J
+    (often below 1)."""
+    return float(f"{value:.4g}") if result.objective == ENERGY else round(value, 3)
 
 
 def _rounded(x: float | None, digits: int = 3) -> float | None:

@@ -58,10 +58,14 @@ _FIRST_TRIAL_SETTINGS = (
     "memory_cap",
 )
 # Trial settings that change no measurement nor the objective: never in the fingerprint.
-_UNMEASURED_TRIAL_SETTINGS = ("cost_per_hour", "launcher")
+_UNMEASURED_TRIAL_SETTINGS = ("cost_per_hour", "energy_price_per_kwh", "launcher")
 # How a run's process starts: forked by a warm launcher that has imported torch, or a
 # fresh interpreter (autotune.study.forks).
 LAUNCHERS = ("fork", "spawn")
+# What a study maximises (TrialSettings.objective): units (samples, or real tokens) per
+# second, or per joule of the training device (autotune.study.scoring.objective).
+THROUGHPUT, ENERGY = "throughput", "energy"
+OBJECTIVES = (THROUGHPUT, ENERGY)
 SAMPLERS = ("tpe", "tpe-independent", "gp", "random", "grid")
 
 
@@ -81,6 +85,12 @@ class TrialSettings:
     # What an hour of the machine costs (any currency): the planned run's projected cost.
     # Changes no measurement, so it is never part of the space's fingerprint.
     cost_per_hour: float | None = None
+    # What a kWh costs (any currency): the planned run's projected energy cost. Changes
+    # no measurement either.
+    energy_price_per_kwh: float | None = None
+    # "throughput" (units per second) or "energy" (units per joule of the training
+    # device, docs/energy.md). Changes every trial's value: part of the fingerprint.
+    objective: str = THROUGHPUT
     # Token workloads: one untimed forward/backward on the dataset's longest samples
     # before the timed window, so the memory verdict holds for the longest batch.
     longest_batch: bool = True

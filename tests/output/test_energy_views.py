@@ -7,14 +7,16 @@ read energy says so once."""
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 
 import pytest
 from rich.console import Console
 
-from autotune import Config, Measurement, TrialRecord, TuneResult
+from autotune import Config, Measurement, TrialRecord, TuneResult, export_config
 from autotune.output.console import ConsoleReporter, print_summary
 from autotune.output.html import render_html
 from autotune.output.report import report_data
+from autotune.planned import Plan
 from autotune.results import BASELINE, recommendation
 
 GIB = 2**30
@@ -26,7 +28,9 @@ NO_RAPL = {
 
 
 def _m(rate, **kw):
-    return Measurement(status="ok", samples_per_s=rate, peak_mem_bytes=7 * GIB, **kw)
+    return Measurement(
+        status="ok", samples_per_s=rate, samples_per_step=32, peak_mem_bytes=7 * GIB, **kw
+    )
 
 
 def _result(environment=GPU, measured=True) -> TuneResult:
@@ -102,3 +106,66 @@ def test_a_machine_without_energy_says_so_once():
     assert text.count("energy: not available here: no /sys/class/powercap") == 1
     assert text.count("energy") == 1
     assert report_data(result, {})["energy_unavailable"] == NO_RAPL["energy_unavailable"]
+
+
+# The planned run's energy: 3,600,000 samples, the baseline at 4 J a sample (4 kWh), the
+# recommendation at 1.25 J (1.25 kWh), a kWh at 0.32.
+PLANNED = Plan("planned_samples", 3_600_000, None, 0.32)
+ENERGY_LINE = (
+    "planned run's energy (training device, steady-state steps) at 0.32 a kWh: "
+    "baseline 4 kWh (1.28), recommended 1.25 kWh (0.40): saves 2.75 kWh, 0.88"
+)
+
+
+def _planned(plan, environment=GPU, measured=True) -> TuneResult:
+    return replace(_result(environment, measured), plan=plan)
+
+
+def test_the_planned_run_gives_its_kwh_and_their_cost_in_every_view(tmp_path):
+    """Would catch the recommendation's kWh taken at the baseline's joules, J -> kWh by
+    3,600 instead of 3,600,000, or the cost missing from a view."""
+    result = _planned(PLANNED)
+    assert ENERGY_LINE in _terminal(result)
+    page = render_html(result, {}, {}, [])
+    assert "at 0.32 a kWh" in page and ENERGY_LINE.partition("kWh: ")[2] in page
+    run = report_data(result, {})["planned_run"]
+    assert (run["baseline_kwh"], run["recommended_kwh"], run["saved_kwh"]) == (4.0, 1.25, 2.75)
+    assert (run["baseline_energy_cost"], run["saved_energy_cost"]) == (1.28, 0.88)
+    assert recommendation(result)["planned_run"] == run  # best_config.yaml
+    header = export_config(result.best.config, "hf", evidence=recommendation(result))
+    assert ENERGY_LINE in header
+
+
+def test_without_a_price_the_kwh_alone_and_without_energy_one_line_and_no_number():
+    """Would catch a number invented where energy was not measured (a 0 kWh), or the
+    missing energy said twice."""
+    no_price = _planned(Plan("planned_samples", 3_600_000))
+    assert "planned run's energy (training device, steady-state steps): baseline 4 kWh, " in (
+        _terminal(no_price)
+    )
+    result = _planned(PLANNED, NO_RAPL, measured=False)
+    text = _terminal(result)
+    assert sum("energy" in line for line in text.splitlines()) == 1 and "kWh" not in text
+    assert (
+        "energy: not available here: no /sys/class/powercap (no RAPL on this machine) "
+        "(the planned run's energy is not projected)" in text
+    )
+    run = report_data(result, {})["planned_run"]
+    assert "baseline_kwh" not in run and "baseline_energy_cost" not in run
+
+
+def test_a_side_without_energy_is_not_projected_and_says_which():
+    """The recommendation ran where its energy could not be read (several ranks): the
+    line says so and gives no kWh for either side."""
+    result = _planned(PLANNED)
+    best = result.best
+    unread = replace(best.measurement, joules_per_sample=None, energy_source=None)
+    result = replace(result, best=replace(best, measurement=unread))
+    line = (
+        "planned run's energy (training device, steady-state steps) at 0.32 a kWh: "
+        "not projected: the recommendation's energy was not measured"
+    )
+    assert line in _terminal(result)
+    run = report_data(result, {})["planned_run"]
+    assert run["energy_missing"] == "the recommendation's energy was not measured"
+    assert "recommended_kwh" not in run and "baseline_kwh" not in run
