@@ -351,7 +351,8 @@ class Space:
 
         Raises:
             SpaceError: a listed value is a mistake for this workload (``packing`` for a
-                workload that did not declare a causal-LM loss), named with the reason.
+                workload that did not declare a causal-LM loss), named with the reason;
+                ``trial.objective: energy`` where energy cannot be read.
         """
         mistakes = [
             f"{self.source}: knobs.{name}: {show(value)} cannot apply: {reason}"
@@ -360,6 +361,7 @@ class Space:
             if (reason := KNOBS[name].mistake(caps, value))
         ]
         mistakes += self.framework_refusals(caps)
+        mistakes += _energy_mistakes(self, caps)
         if mistakes:
             raise SpaceError(mistakes)
         notes: list[str] = []
@@ -373,6 +375,27 @@ class Space:
             fixed = {name: (KNOBS[name].default,) for name in never}
             space = replace(space, knobs={**space.knobs, **fixed})
         return space, notes
+
+
+def _energy_mistakes(space: Space, caps: Capabilities) -> list[str]:
+    """Why ``trial.objective: energy`` cannot rank this study's configs here: no energy
+    can be read on this machine, or a config runs several ranks (whose per-sample energy
+    is not given: docs/energy.md)."""
+    if space.trial.objective != ENERGY:
+        return []
+    where = f"{space.source}: trial.objective: energy"
+    if caps.energy_unavailable:
+        return [
+            f"{where}: energy cannot be read on this machine ({caps.energy_unavailable}); "
+            "use objective: throughput"
+        ]
+    ranks = [v for v in space.options()["world_size"] if v > 1]
+    if ranks:
+        return [
+            f"{where}: world_size {', '.join(map(str, ranks))} runs several processes, whose "
+            "energy per sample is not measured; search world_size: 1 only"
+        ]
+    return []
 
 
 def _refused_by(caps: Capabilities, name: str, value: Any) -> str | None:
