@@ -8,16 +8,21 @@ energy in a trial's progress, is off (a real trial process)."""
 
 from __future__ import annotations
 
+import io
 import itertools
 
 import pytest
 import yaml
+from rich.console import Console
 
 from autotune import Config, Measurement, SpaceError, load_space, tune
+from autotune.output.console import print_summary
 from autotune.output.facts import summary_facts
+from autotune.output.report import report_data
 from autotune.study.replay import ReplayBackend
 from autotune.study.runner import run_trial
 from autotune.study.storage import load_result
+from autotune.study.verify import verify_result
 
 # Throughput grows with the micro-batch and with a worker; joules per sample are lowest
 # at batch 16 without workers: the fastest config is not the most efficient one.
@@ -92,6 +97,14 @@ def test_an_energy_study_recommends_the_most_samples_per_joule(write_space, tmp_
     assert facts["speedup"].text.startswith("2.00x (0.5 -> 1 samples/J)")
     measured = yaml.safe_load(result.best_config_path.read_text())["measured"]
     assert measured["joules_per_sample"] == 1.0
+    out = io.StringIO()
+    print_summary(stored, Console(file=out, width=300, highlight=False))
+    assert "samples/J" in out.getvalue() and "samples/s |" not in out.getvalue()
+    assert report_data(stored, {})["objective_unit"] == "samples/J"
+    # autotune verify compares throughput: it refuses the study before running anything
+    with pytest.raises(SpaceError, match="trial.objective: energy: autotune verify compares"):
+        verify_result(space, stored, tmp_path / "verify")
+    assert not (tmp_path / "verify").exists()
 
 
 @pytest.mark.parametrize(
