@@ -66,10 +66,21 @@ class TrialRecord:
     ratios: tuple[float, ...] = ()  # per round: this config's value / the baseline's
     compile_warm_s: float | None = None
     move: str | None = None  # a screening trial's move ("knob=value")
+    # The runs of a config measured several times whose window throttled (trial
+    # numbers), of the runs its figures are the medians of; None: a single run.
+    throttled_runs: tuple[int, ...] | None = None
 
     @property
     def feasible(self) -> bool:
         return self.status == OK
+
+    @property
+    def throttled_numbers(self) -> tuple[int, ...]:
+        """The runs behind this record's figures whose window throttled (this run's own
+        number for a single throttled run)."""
+        if self.throttled_runs is not None:
+            return self.throttled_runs
+        return (self.number,) if self.measurement.throttled else ()
 
     @property
     def ratio(self) -> float | None:
@@ -451,6 +462,26 @@ class TuneResult:
             return None
         return self.lead <= self.noise
 
+    def throttled_verdict(self) -> list[tuple[str, TrialRecord]]:
+        """The configs the verdict compares (the recommendation, the full winner, the
+        runner-up, the baseline every ratio is over) that had throttled runs behind
+        their figures, each with its role: their ratios carry the clock's noise."""
+        roles = (
+            ("the recommendation", self.best),
+            ("the full winner", self.winner),
+            ("the runner-up", self.runner_up),
+            ("the baseline", self.baseline),
+        )
+        seen: set[int] = set()
+        out = []
+        for role, record in roles:
+            if record is None or record.number in seen:
+                continue
+            seen.add(record.number)
+            if record.throttled_numbers:
+                out.append((role, record))
+        return out
+
     def status_counts(self) -> dict[str, int]:
         """Measured configs by status (a config's repeats are one, as in the table)."""
         counts: dict[str, int] = {}
@@ -567,6 +598,7 @@ def summarize(trials: list[TrialRecord]) -> list[TrialRecord]:
                 spread=(max(values) - min(values)) / median if median else None,
                 ratios=ratios,
                 compile_warm_s=statistics.median(warm) if warm else None,
+                throttled_runs=tuple(r.number for r in counted if r.measurement.throttled),
             )
         )
     return out
@@ -758,6 +790,9 @@ def recommendation(result: TuneResult) -> dict[str, Any]:
     for name in ("energy_source", "joules_per_sample", "joules_per_token", "throttled"):
         if getattr(m, name) is not None:
             measured[name] = getattr(m, name)
+    if best.throttled_numbers:  # the runs behind its figures that throttled
+        measured["throttled_runs"] = list(best.throttled_numbers)
+        measured["runs"] = best.runs
     if base is not None:
         measured["baseline_trial"] = base.number
         measured["baseline_objective"] = _figure(base.value, result)

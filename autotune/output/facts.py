@@ -348,6 +348,33 @@ def planned_energy_facts(result: TuneResult, projection: Projection) -> list[Fac
     return []
 
 
+def throttled_runs_text(record: TrialRecord) -> str:
+    """``2 of its 3 paired runs throttled (sw_power_cap: #7, #12)``."""
+    numbers = record.throttled_numbers
+    runs = "paired runs" if record.ratios else "runs"
+    reasons = ", ".join(record.measurement.throttled or []) or "throttled"
+    listed = ", ".join(f"#{n}" for n in numbers)
+    return f"{len(numbers)} of its {record.runs} {runs} throttled ({reasons}: {listed})"
+
+
+def throttled_verdict_facts(result: TuneResult) -> list[Fact]:
+    """The verdict's note where a config it compares had throttled runs behind its
+    figures: which, how many, and what it means for the ratios."""
+    found = result.throttled_verdict()
+    if not found:
+        return []
+    parts = "; ".join(f"{role} #{r.number}: {throttled_runs_text(r)}" for role, r in found)
+    return [
+        Fact(
+            "throttled_verdict",
+            "verdict measured while the GPU throttled",
+            f"{parts}. The ratios between them carry the clock's noise: confirm on a GPU "
+            "that holds its clocks (cooling, power limit), or check with autotune verify",
+            WARNING,
+        )
+    ]
+
+
 def summary_facts(result: TuneResult) -> list[Fact]:
     """Everything the summary says about a study, in reading order."""
     facts = _cost_facts(result)
@@ -367,6 +394,7 @@ def summary_facts(result: TuneResult) -> list[Fact]:
         facts.append(Fact("planned_run", projection.label, projection.text()))
         facts += planned_energy_facts(result, projection)
     facts += _proof_facts(result)
+    facts += throttled_verdict_facts(result)
     facts += _best_run_facts(result, best)
     facts += _tie_facts(result)
     facts += _check_facts(result, best)

@@ -167,6 +167,15 @@ def report_data(result: TuneResult, profiles: dict[int, dict[str, Any]]) -> dict
         "knob_time": [c.to_dict() for c in result.knob_costs()],
         "mfu": _mfu_data(result),
         "energy_unavailable": result.environment.get("energy_unavailable") or None,
+        "throttled_verdict": [
+            {
+                "role": role,
+                "trial": r.number,
+                "runs": r.runs,
+                "throttled_runs": list(r.throttled_numbers),
+            }
+            for role, r in result.throttled_verdict()
+        ],
         "trials": [trial_data(t, result) for t in result.trials if t.role != DUPLICATE],
         "profiles": {str(n): {**p, "advice": advice(p, evidence)} for n, p in profiles.items()},
     }

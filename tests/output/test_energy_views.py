@@ -17,7 +17,7 @@ from autotune.output.console import ConsoleReporter, print_summary
 from autotune.output.html import render_html
 from autotune.output.report import report_data
 from autotune.planned import Plan
-from autotune.results import BASELINE, recommendation
+from autotune.results import BASELINE, REPEAT, SEARCH, recommendation
 
 GIB = 2**30
 GPU = {"device": "cuda", "energy_unavailable": ""}
@@ -169,3 +169,51 @@ def test_a_side_without_energy_is_not_projected_and_says_which():
     run = report_data(result, {})["planned_run"]
     assert run["energy_missing"] == "the recommendation's energy was not measured"
     assert "recommended_kwh" not in run and "baseline_kwh" not in run
+
+
+def _confirmed_with_throttles() -> TuneResult:
+    """The baseline (#0), the winner (#1, its search run throttled hw_thermal) and a
+    runner-up (#2) in three paired rounds; the winner's rounds 0 and 2 and the baseline's
+    round 1 throttled."""
+    base, win, up = Config(batch_size=8), Config(batch_size=16), Config(batch_size=32)
+    throttles = {1: ["hw_thermal"], 4: ["sw_power_cap"], 6: ["hw_slowdown"], 10: ["sw_power_cap"]}
+
+    def run(n, config, rate, role, round_=None, of=None):
+        m = _m(rate, throttled=throttles.get(n, []))
+        return TrialRecord(n, config, m, rate, role, repeat_of=of, round=round_)
+
+    trials = [run(0, base, 100.0, BASELINE), run(1, win, 200.0, SEARCH), run(2, up, 150.0, SEARCH)]
+    for r in range(3):
+        n = 3 + 3 * r
+        trials += [
+            run(n, base, 100.0, REPEAT, r, 0),
+            run(n + 1, win, 200.0, REPEAT, r, 1),
+            run(n + 2, up, 150.0, REPEAT, r, 2),
+        ]
+    confirmation = {"finalists": [1, 2]}
+    return TuneResult.from_trials("s", "memory", trials, confirmation, environment=GPU)
+
+
+def test_the_verdict_notes_the_throttled_runs_of_the_configs_it_compares():
+    """Would catch the runs counted beyond those the figures are medians of (the
+    winner's throttled search run), or the baseline every ratio is over left out."""
+    result = _confirmed_with_throttles()
+    assert result.best.number == 1 and result.best.ratios
+    note = (
+        "verdict measured while the GPU throttled: the recommendation #1: 2 of its 3 paired "
+        "runs throttled (sw_power_cap: #4, #10); the baseline #0: 1 of its 3 paired runs "
+        "throttled (hw_slowdown: #6). The ratios between them carry the clock's noise"
+    )
+    assert note in _terminal(result)
+    assert "runner-up" not in _terminal(result)  # none of its runs throttled
+    measured = recommendation(result)["measured"]
+    assert measured["throttled_runs"] == [4, 10] and measured["runs"] == 3
+    verdict = report_data(result, {})["throttled_verdict"]
+    assert [(v["role"], v["throttled_runs"]) for v in verdict] == [
+        ("the recommendation", [4, 10]),
+        ("the baseline", [6]),
+    ]
+    assert "2 of its 3 paired runs throttled (sw_power_cap: #4, #10)" in render_html(
+        result, {}, {}, []
+    )
+    assert report_data(_result(), {})["throttled_verdict"][0]["throttled_runs"] == [1]
