@@ -176,3 +176,16 @@ def test_on_this_cpu_the_real_probe_says_why_an_energy_study_cannot_run(write_sp
         tune(space, storage="memory", out_dir=tmp_path / "runs")
     assert why in str(e.value)
     assert not list((tmp_path / "runs").rglob("trial-*"))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Tuner._result (study/tuner.py, the lead's) does not pass "
+    "objective=self.space.trial.objective to TuneResult.from_trials yet: the result tune() "
+    "returns names its values samples/s and projects the planned run's time by an energy "
+    "ratio. Remove this mark when it does.",
+)
+def test_the_result_tune_returns_knows_its_objective(write_space, tmp_path):
+    space = _space(write_space, "energy")
+    result = tune(space, storage="memory", out_dir=tmp_path, backend=ReplayBackend(_table()))
+    assert result.objective == "energy"
