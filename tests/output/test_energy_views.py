@@ -16,7 +16,7 @@ from autotune import Config, Measurement, TrialRecord, TuneResult, export_config
 from autotune.output.console import ConsoleReporter, print_summary
 from autotune.output.html import render_html
 from autotune.output.report import report_data
-from autotune.planned import Plan
+from autotune.planned import Plan, Projection
 from autotune.results import BASELINE, REPEAT, SEARCH, recommendation
 
 GIB = 2**30
@@ -217,3 +217,21 @@ def test_the_verdict_notes_the_throttled_runs_of_the_configs_it_compares():
         result, {}, {}, []
     )
     assert report_data(_result(), {})["throttled_verdict"][0]["throttled_runs"] == [1]
+
+
+def test_an_energy_study_projects_the_recommendations_time_from_its_own_rate():
+    """Its printed ratio is samples/J over samples/J (3.2x here), not a speedup: would
+    catch the planned run's time divided by it."""
+    result = _planned(PLANNED)
+    values = {0: 0.25, 1: 0.8}  # samples per joule: the energy objective's values
+    trials = [replace(t, value=values[t.number]) for t in result.trials]
+    energy = TuneResult.from_trials(
+        "s", "memory", trials, environment=GPU, global_batch=32, plan=PLANNED, objective="energy"
+    )
+    assert energy.speedup == pytest.approx(3.2) and energy.best.number == 1
+    p = energy.projection
+    assert p.baseline_s == pytest.approx(36_000) and p.recommended_s == pytest.approx(14_400)
+    assert (p.baseline_kwh, p.recommended_kwh) == (pytest.approx(4.0), pytest.approx(1.25))
+    assert Projection.from_dict(p.to_dict()) == p  # best_config.yaml reads back alike
+    assert "energy efficiency over baseline (trial #0" in _terminal(energy)
+    assert "3.20x (0.25 -> 0.8 samples/J)" in _terminal(energy)
