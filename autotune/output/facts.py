@@ -474,6 +474,11 @@ def _recommendation_facts(result: TuneResult, best: TrialRecord) -> list[Fact]:
                 WARNING,
             )
         )
+    if result.objective == ENERGY:  # what the thriftier config costs in time
+        rates = [f"#{r.number} {rate_text(r.measurement)}" for r in (best, base) if r is not None]
+        facts.append(
+            Fact("throughput", "throughput (not the objective)", " · baseline ".join(rates))
+        )
     return facts
 
 

@@ -95,6 +95,8 @@ def test_an_energy_study_recommends_the_most_samples_per_joule(write_space, tmp_
     facts = {f.key: f for f in summary_facts(stored)}
     assert facts["speedup"].label.startswith("energy efficiency over baseline (trial #0")
     assert facts["speedup"].text.startswith("2.00x (0.5 -> 1 samples/J)")
+    n = stored.best.number
+    assert facts["throughput"].text == f"#{n} 400.0 samples/s · baseline #0 282.8 samples/s"
     measured = yaml.safe_load(result.best_config_path.read_text())["measured"]
     assert measured["joules_per_sample"] == 1.0
     out = io.StringIO()
