@@ -18,6 +18,7 @@ from rich.console import Console
 from autotune import Config, Measurement, SpaceError, load_space, tune
 from autotune.output.console import print_summary
 from autotune.output.facts import summary_facts
+from autotune.output.html import render_html
 from autotune.output.report import report_data
 from autotune.study.replay import ReplayBackend
 from autotune.study.runner import run_trial
@@ -103,6 +104,9 @@ def test_an_energy_study_recommends_the_most_samples_per_joule(write_space, tmp_
     print_summary(stored, Console(file=out, width=300, highlight=False))
     assert "samples/J" in out.getvalue() and "samples/s |" not in out.getvalue()
     assert report_data(stored, {})["objective_unit"] == "samples/J"
+    page = render_html(stored, {}, {}, [])
+    assert "2.00x</span> the samples/J of the baseline (0.5 -&gt; 1 samples/J" in page
+    assert "faster than the baseline" not in page
     # autotune verify compares throughput: it refuses the study before running anything
     with pytest.raises(SpaceError, match="trial.objective: energy: autotune verify compares"):
         verify_result(space, stored, tmp_path / "verify")
