@@ -56,6 +56,10 @@ class Capabilities:
     # A Trainer or Lightning workload runs its framework's own loop: the knobs that loop
     # cannot set (knob, or "knob=value" -> why; autotune.frameworks.loop.NativeLoop.refused)
     framework_refused: dict[str, str] = field(default_factory=dict)
+    # Why the window's energy cannot be read on this machine ("" where it can: NVML on a
+    # GPU, RAPL on the CPU; autotune.trial.telemetry.energy_unavailable). A probe that did
+    # not say (an older version's table) cannot back trial.objective: energy.
+    energy_unavailable: str = "the probe did not say whether energy can be read here"
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Capabilities:

@@ -19,6 +19,7 @@ from .decisions import PROVEN, UNRESOLVED, Decision, margin, noise_floor
 from .measurement import OK, PRUNED, Measurement, fixed_cost
 from .mfu import Mfu, mfu_of, shown, unavailable
 from .planned import Plan, Projection, project
+from .space import ENERGY, THROUGHPUT
 
 # Roles of a trial: the baseline (trial 0), a config the search measured, a proposal of a
 # config measured before (not run again), a run of a measured config in a confirmation
@@ -65,10 +66,21 @@ class TrialRecord:
     ratios: tuple[float, ...] = ()  # per round: this config's value / the baseline's
     compile_warm_s: float | None = None
     move: str | None = None  # a screening trial's move ("knob=value")
+    # The runs of a config measured several times whose window throttled (trial
+    # numbers), of the runs its figures are the medians of; None: a single run.
+    throttled_runs: tuple[int, ...] | None = None
 
     @property
     def feasible(self) -> bool:
         return self.status == OK
+
+    @property
+    def throttled_numbers(self) -> tuple[int, ...]:
+        """The runs behind this record's figures whose window throttled (this run's own
+        number for a single throttled run)."""
+        if self.throttled_runs is not None:
+            return self.throttled_runs
+        return (self.number,) if self.measurement.throttled else ()
 
     @property
     def ratio(self) -> float | None:
@@ -247,6 +259,8 @@ class TuneResult:
     margin: float = MIN_GAIN
     # Per round both ran in: the winner's value over the runner-up's.
     lead_ratios: tuple[float, ...] = ()
+    # What the values are (trial.objective): "throughput" (units/s) or "energy" (units/J).
+    objective: str = THROUGHPUT
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "storage", redact_url(self.storage))
@@ -333,6 +347,12 @@ class TuneResult:
         units = {t.measurement.unit for t in self.trials if t.measurement.rate}
         return "tokens" if "tokens" in units else "samples"
 
+    @property
+    def objective_unit(self) -> str:
+        """The values' unit: ``samples/s`` (``tokens/s``), or ``samples/J`` for a study
+        whose objective is energy."""
+        return f"{self.unit}/{'J' if self.objective == ENERGY else 's'}"
+
     def mfu(self, record: TrialRecord | None) -> Mfu | None:
         """A config's MFU (:func:`autotune.mfu.mfu_of`: the one computation behind every
         view), from its (aggregated) measurement and the study's probe figures."""
@@ -375,10 +395,12 @@ class TuneResult:
         baseline's aggregated figures and :attr:`speedup` (:func:`autotune.planned.project`);
         ``None`` without a planned length or a speedup."""
         best, base = self.best, self.baseline
-        if best is None or base is None:
+        if best is None or base is None or self.speedup is None:
             return None
         same = best.number == base.number
-        return project(self.plan, base.measurement, self.speedup, same)
+        # An energy study's ratio is not a time's: the recommended time is its own.
+        speedup = None if self.objective == ENERGY else self.speedup
+        return project(self.plan, base.measurement, speedup, same, best.measurement)
 
     @property
     def headroom_bytes(self) -> int | None:
@@ -439,6 +461,26 @@ class TuneResult:
         if self.lead is None or self.noise is None:
             return None
         return self.lead <= self.noise
+
+    def throttled_verdict(self) -> list[tuple[str, TrialRecord]]:
+        """The configs the verdict compares (the recommendation, the full winner, the
+        runner-up, the baseline every ratio is over) that had throttled runs behind
+        their figures, each with its role: their ratios carry the clock's noise."""
+        roles = (
+            ("the recommendation", self.best),
+            ("the full winner", self.winner),
+            ("the runner-up", self.runner_up),
+            ("the baseline", self.baseline),
+        )
+        seen: set[int] = set()
+        out = []
+        for role, record in roles:
+            if record is None or record.number in seen:
+                continue
+            seen.add(record.number)
+            if record.throttled_numbers:
+                out.append((role, record))
+        return out
 
     def status_counts(self) -> dict[str, int]:
         """Measured configs by status (a config's repeats are one, as in the table)."""
@@ -556,6 +598,7 @@ def summarize(trials: list[TrialRecord]) -> list[TrialRecord]:
                 spread=(max(values) - min(values)) / median if median else None,
                 ratios=ratios,
                 compile_warm_s=statistics.median(warm) if warm else None,
+                throttled_runs=tuple(r.number for r in counted if r.measurement.throttled),
             )
         )
     return out
@@ -716,7 +759,7 @@ def recommendation(result: TuneResult) -> dict[str, Any]:
     measured: dict[str, Any] = {
         "trial": best.number,
         "aggregation": aggregation_text(best),
-        "objective": round(best.value, 3),
+        "objective": _figure(best.value, result),
         "unit": m.unit,
         "samples_per_s": round(m.samples_per_s or 0.0, 3),
         "step_time_median_s": m.step_time_median_s,
@@ -747,9 +790,12 @@ def recommendation(result: TuneResult) -> dict[str, Any]:
     for name in ("energy_source", "joules_per_sample", "joules_per_token", "throttled"):
         if getattr(m, name) is not None:
             measured[name] = getattr(m, name)
+    if best.throttled_numbers:  # the runs behind its figures that throttled
+        measured["throttled_runs"] = list(best.throttled_numbers)
+        measured["runs"] = best.runs
     if base is not None:
         measured["baseline_trial"] = base.number
-        measured["baseline_objective"] = round(base.value, 3)
+        measured["baseline_objective"] = _figure(base.value, result)
         if result.speedup is not None:
             measured["speedup"] = round(result.speedup, 3)
         if best.ratio_range is not None:
@@ -762,6 +808,8 @@ def recommendation(result: TuneResult) -> dict[str, Any]:
         why_not = unavailable(result.environment)
         if why_not:
             measured["mfu_unavailable"] = why_not
+    if result.objective == ENERGY:  # the values (and speedup: their ratio) are units/J
+        measured["objective_unit"] = result.objective_unit
     if result.global_batch is None:
         measured["warning"] = FREE_BATCH_WARNING
     out: dict[str, Any] = {
@@ -785,6 +833,12 @@ def recommendation(result: TuneResult) -> dict[str, Any]:
     out["environment"] = result.environment
     out["study"] = {"name": result.study_name, "storage": result.storage}
     return out
+
+
+def _figure(value: float, result: TuneResult) -> float:
+    """A value rounded for a file: 3 decimals of units/s, 4 significant digits of units/J
+    (often below 1)."""
+    return float(f"{value:.4g}") if result.objective == ENERGY else round(value, 3)
 
 
 def _rounded(x: float | None, digits: int = 3) -> float | None:

@@ -58,10 +58,14 @@ _FIRST_TRIAL_SETTINGS = (
     "memory_cap",
 )
 # Trial settings that change no measurement nor the objective: never in the fingerprint.
-_UNMEASURED_TRIAL_SETTINGS = ("cost_per_hour", "launcher")
+_UNMEASURED_TRIAL_SETTINGS = ("cost_per_hour", "energy_price_per_kwh", "launcher")
 # How a run's process starts: forked by a warm launcher that has imported torch, or a
 # fresh interpreter (autotune.study.forks).
 LAUNCHERS = ("fork", "spawn")
+# What a study maximises (TrialSettings.objective): units (samples, or real tokens) per
+# second, or per joule of the training device (autotune.study.scoring.objective).
+THROUGHPUT, ENERGY = "throughput", "energy"
+OBJECTIVES = (THROUGHPUT, ENERGY)
 SAMPLERS = ("tpe", "tpe-independent", "gp", "random", "grid")
 
 
@@ -81,6 +85,12 @@ class TrialSettings:
     # What an hour of the machine costs (any currency): the planned run's projected cost.
     # Changes no measurement, so it is never part of the space's fingerprint.
     cost_per_hour: float | None = None
+    # What a kWh costs (any currency): the planned run's projected energy cost. Changes
+    # no measurement either.
+    energy_price_per_kwh: float | None = None
+    # "throughput" (units per second) or "energy" (units per joule of the training
+    # device, docs/energy.md). Changes every trial's value: part of the fingerprint.
+    objective: str = THROUGHPUT
     # Token workloads: one untimed forward/backward on the dataset's longest samples
     # before the timed window, so the memory verdict holds for the longest batch.
     longest_batch: bool = True
@@ -341,7 +351,8 @@ class Space:
 
         Raises:
             SpaceError: a listed value is a mistake for this workload (``packing`` for a
-                workload that did not declare a causal-LM loss), named with the reason.
+                workload that did not declare a causal-LM loss), named with the reason;
+                ``trial.objective: energy`` where energy cannot be read.
         """
         mistakes = [
             f"{self.source}: knobs.{name}: {show(value)} cannot apply: {reason}"
@@ -350,6 +361,7 @@ class Space:
             if (reason := KNOBS[name].mistake(caps, value))
         ]
         mistakes += self.framework_refusals(caps)
+        mistakes += _energy_mistakes(self, caps)
         if mistakes:
             raise SpaceError(mistakes)
         notes: list[str] = []
@@ -363,6 +375,27 @@ class Space:
             fixed = {name: (KNOBS[name].default,) for name in never}
             space = replace(space, knobs={**space.knobs, **fixed})
         return space, notes
+
+
+def _energy_mistakes(space: Space, caps: Capabilities) -> list[str]:
+    """Why ``trial.objective: energy`` cannot rank this study's configs here: no energy
+    can be read on this machine, or a config runs several ranks (whose per-sample energy
+    is not given: docs/energy.md)."""
+    if space.trial.objective != ENERGY:
+        return []
+    where = f"{space.source}: trial.objective: energy"
+    if caps.energy_unavailable:
+        return [
+            f"{where}: energy cannot be read on this machine ({caps.energy_unavailable}); "
+            "use objective: throughput"
+        ]
+    ranks = [v for v in space.options()["world_size"] if v > 1]
+    if ranks:
+        return [
+            f"{where}: world_size {', '.join(map(str, ranks))} runs several processes, whose "
+            "energy per sample is not measured; search world_size: 1 only"
+        ]
+    return []
 
 
 def _refused_by(caps: Capabilities, name: str, value: Any) -> str | None:

@@ -23,6 +23,7 @@ from .planned import PLANNED_KEYS
 from .space import (
     DEVICES,
     LAUNCHERS,
+    OBJECTIVES,
     SAMPLERS,
     AccuracyGuard,
     Budget,
@@ -473,6 +474,8 @@ def _parse_trial(trial_raw: Any, problems: list[str]) -> tuple[TrialSettings, li
         planned_samples=_int_at_least(1, optional=True),
         planned_tokens=_int_at_least(1, optional=True),
         cost_per_hour=_number_at_least(0, optional=True),
+        energy_price_per_kwh=_number_at_least(0, optional=True),
+        objective=_one_of(OBJECTIVES),
         seed=_int_at_least(0),
         longest_batch=_boolean,
         launcher=_one_of(LAUNCHERS),
@@ -489,6 +492,11 @@ def _parse_trial(trial_raw: Any, problems: list[str]) -> tuple[TrialSettings, li
         late_notes.append(
             "trial.cost_per_hour is set without a planned length (trial.planned_steps, "
             "planned_samples or planned_tokens): no run's cost is projected"
+        )
+    if trial.energy_price_per_kwh is not None and not planned:
+        late_notes.append(
+            "trial.energy_price_per_kwh is set without a planned length (trial.planned_steps, "
+            "planned_samples or planned_tokens): no run's energy cost is projected"
         )
     return trial, late_notes
 

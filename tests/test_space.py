@@ -111,6 +111,18 @@ def test_problems_are_gathered_and_name_file_and_key(write_space):
         ("workload: m:f\ntrial: {planned_tokens: 0.5}\n", "trial.planned_tokens: must be an"),
         ("workload: m:f\ntrial: {cost_per_hour: 3 EUR}\n", "trial.cost_per_hour: must be a"),
         ("workload: m:f\ntrial: {cost_per_hour: .inf}\n", "trial.cost_per_hour: must be a"),
+        (
+            "workload: m:f\ntrial: {planned_steps: 10, energy_price_per_kwh: -0.3}\n",
+            r"trial.energy_price_per_kwh: must be a number >= 0 but got -0.3$",
+        ),
+        (
+            "workload: m:f\ntrial: {energy_price_per_kwh: 30 ct}\n",
+            "trial.energy_price_per_kwh: must be a number",
+        ),
+        (
+            "workload: m:f\ntrial: {objective: joules}\n",
+            r"trial.objective: must be one of throughput, energy but got 'joules'$",
+        ),
     ],
 )
 def test_bad_files_give_one_clear_error(write_space, text, message):
@@ -186,6 +198,22 @@ def test_the_cost_never_changes_the_fingerprint_a_planned_length_does_when_set()
     assert space(planned_tokens=1000).fingerprint() != plain
     steps = space(planned_steps=1000).fingerprint()
     assert space(planned_steps=1000, cost_per_hour=3).fingerprint() == steps != plain
+
+
+def test_the_energy_price_never_changes_the_fingerprint_the_energy_objective_does():
+    """The price of a kWh changes no measurement; the objective changes every value, so a
+    stored study cannot be resumed under the other one. Would catch the price hashed, or
+    the objective left out of the fingerprint (or hashed at its default)."""
+
+    def space(**trial):
+        return parse_space({"workload": "m:f", "trial": trial})
+
+    plain = space().fingerprint()
+    assert space(energy_price_per_kwh=0.3).fingerprint() == plain
+    assert space(objective="throughput").fingerprint() == plain
+    assert space(objective="energy").fingerprint() != plain
+    with_price = parse_space({"workload": "m:f", "trial": {"energy_price_per_kwh": 0.3}})
+    assert any("no run's energy cost is projected" in n for n in with_price.notes)
 
 
 def test_a_cost_without_a_planned_length_is_a_note():

@@ -23,7 +23,8 @@ baseline: {batch_size: 32}
 global_batch: 64
 limits: {memory: 0.5, accuracy: {tolerance: 0.05, last_k: 3}}
 trial: {warmup_steps: 2, measured_steps: 5, timeout_s: 60, memory_cap: 2GiB,
-        planned_samples: 100000, cost_per_hour: 2.5}
+        planned_samples: 100000, cost_per_hour: 2.5, energy_price_per_kwh: 0.3,
+        objective: energy}
 budget: {n_trials: 4}
 study: {name: x, storage: "sqlite:///x.db", heartbeat_s: 5}
 search: {sampler: tpe, seed: 0, prune: true, confirm_top: 1}
@@ -67,6 +68,8 @@ keys = st.sampled_from(
         "compile_mode",
         "planned_tokens",
         "cost_per_hour",
+        "energy_price_per_kwh",
+        "objective",
         "extra",
     ]
 )
@@ -119,6 +122,7 @@ def test_the_valid_example_loads(tmp_path):
     space = load_space(path)
     assert space.global_batch == 64 and space.trial.memory_cap == 2 * 2**30
     assert space.trial.planned_samples == 100_000 and space.trial.cost_per_hour == 2.5
+    assert space.trial.energy_price_per_kwh == 0.3 and space.trial.objective == "energy"
 
 
 def test_yaml_is_never_evaluated(tmp_path):

@@ -103,7 +103,8 @@ def summary_table(result: TuneResult, plain: bool = False) -> Table:
     and the configs skipped as predicted over memory. ``plain`` (a file or pipe): ASCII
     borders and every reason whole, a row a line; else reasons cut to fit a terminal."""
     tokens = result.unit == TOKENS
-    rate = f"{result.unit}/s"
+    rate = result.objective_unit  # the values' unit: samples/s, or samples/J (energy)
+    digits = ".3g" if rate.endswith("/J") else ",.1f"
     title = f"study {result.study_name}: {len(result.trials)} configs"
     skipped = result.status_counts().get(PREDICTED_OVER_MEMORY, 0)
     if skipped:
@@ -130,7 +131,7 @@ def summary_table(result: TuneResult, plain: bool = False) -> Table:
             t.role,
             t.config.short(),
             t.status if t.feasible else escape(f"{t.status}: {t.reason[: None if plain else 40]}"),
-            (f"{t.value:,.1f}" + (f" (x{t.runs})" if t.runs > 1 else "")) if m.rate else "-",
+            (f"{t.value:{digits}}" + (f" (x{t.runs})" if t.runs > 1 else "")) if m.rate else "-",
             _vs_baseline(t, result)
             + (f" ({min(t.ratios):.2f}-{max(t.ratios):.2f})" if paired and t.ratios else ""),
             memory_cell(m),

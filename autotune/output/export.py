@@ -55,7 +55,7 @@ def _header(evidence: Mapping[str, Any] | None) -> list[str]:
             m["speedup"],
             m.get("baseline_objective", 0),
             m.get("objective", 0),
-            m.get("unit", "samples"),
+            m.get("objective_unit", m.get("unit", "samples")),
         )
         line += f": {speedup} over the baseline"
     lines = [
@@ -65,6 +65,8 @@ def _header(evidence: Mapping[str, Any] | None) -> list[str]:
     if evidence.get("planned_run"):
         projection = Projection.from_dict(evidence["planned_run"])
         lines.append(f"{projection.label}: {projection.text()}")
+        if projection.baseline_kwh is not None:
+            lines.append(f"{projection.energy_label}: {projection.energy_text()}")
     return lines
 
 

@@ -10,12 +10,14 @@ from ..decisions import PROVEN, WITHIN, Decision
 from ..knobs import show
 from ..measurement import PREDICTED_OVER_MEMORY, TOKENS, Measurement
 from ..mfu import LABEL, MEANING, describe, peak_name, percent, unavailable
+from ..planned import Projection
 from ..results import (
     FREE_BATCH_WARNING,
     Contribution,
     TrialRecord,
     TuneResult,
 )
+from ..space import ENERGY
 
 INFO, WARNING, ERROR = "info", "warning", "error"
 
@@ -49,10 +51,13 @@ def fmt_bytes(n: int | float | None) -> str:
 
 
 def speedup_text(
-    speedup: float, baseline_value: float, best_value: float, unit: str = "samples"
+    speedup: float, baseline_value: float, best_value: float, unit: str = "samples/s"
 ) -> str:
-    """``1.50x (100.0 -> 150.0 samples/s)``: the speedup with the two objectives."""
-    return f"{speedup:.2f}x ({baseline_value:,.1f} -> {best_value:,.1f} {unit}/s)"
+    """``1.50x (100.0 -> 150.0 samples/s)``: the speedup with the two objectives
+    (``unit``: :attr:`TuneResult.objective_unit`; ``samples`` alone means per second)."""
+    unit = unit if "/" in unit else f"{unit}/s"
+    digits = ".3g" if unit.endswith("/J") else ",.1f"  # samples/J are often below 1
+    return f"{speedup:.2f}x ({baseline_value:{digits}} -> {best_value:{digits}} {unit})"
 
 
 def rate_text(m: Measurement) -> str:
@@ -305,7 +310,8 @@ def energy_facts(result: TuneResult) -> list[Fact]:
         source = (best or base).measurement.energy_source
         facts.append(Fact("energy", f"energy ({source})", " · baseline ".join(shown)))
     elif why:
-        facts.append(Fact("energy", "energy", f"not available here: {why}"))
+        planned = " (the planned run's energy is not projected)" if result.projection else ""
+        facts.append(Fact("energy", "energy", f"not available here: {why}{planned}"))
     throttled = [t for t in result.trials if t.measurement.throttled]
     if throttled:
         numbers = ", ".join(f"#{t.number}" for t in throttled)
@@ -320,6 +326,53 @@ def energy_facts(result: TuneResult) -> list[Fact]:
             )
         )
     return facts
+
+
+def gain_name(result: TuneResult) -> str:
+    """What the ratio of two values is: ``speedup``, or ``energy efficiency`` (a study
+    whose objective is energy: units per joule over the baseline's)."""
+    return "energy efficiency" if result.objective == ENERGY else "speedup"
+
+
+def planned_energy_facts(result: TuneResult, projection: Projection) -> list[Fact]:
+    """The planned run's energy (and its cost), or why it is not projected: said where
+    some energy was measured or a price is set, and not where the energy line already
+    says energy is not available here."""
+    if projection.baseline_kwh is not None and projection.recommended_kwh is not None:
+        return [Fact("planned_energy", projection.energy_label, projection.energy_text())]
+    if result.environment.get("energy_unavailable"):
+        return []
+    measured = any(energy_text(t.measurement) for t in result.trials)
+    if measured or projection.plan.energy_price_per_kwh is not None:
+        return [Fact("planned_energy", projection.energy_label, projection.energy_text())]
+    return []
+
+
+def throttled_runs_text(record: TrialRecord) -> str:
+    """``2 of its 3 paired runs throttled (sw_power_cap: #7, #12)``."""
+    numbers = record.throttled_numbers
+    runs = "paired runs" if record.ratios else "runs"
+    reasons = ", ".join(record.measurement.throttled or []) or "throttled"
+    listed = ", ".join(f"#{n}" for n in numbers)
+    return f"{len(numbers)} of its {record.runs} {runs} throttled ({reasons}: {listed})"
+
+
+def throttled_verdict_facts(result: TuneResult) -> list[Fact]:
+    """The verdict's note where a config it compares had throttled runs behind its
+    figures: which, how many, and what it means for the ratios."""
+    found = result.throttled_verdict()
+    if not found:
+        return []
+    parts = "; ".join(f"{role} #{r.number}: {throttled_runs_text(r)}" for role, r in found)
+    return [
+        Fact(
+            "throttled_verdict",
+            "verdict measured while the GPU throttled",
+            f"{parts}. The ratios between them carry the clock's noise: confirm on a GPU "
+            "that holds its clocks (cooling, power limit), or check with autotune verify",
+            WARNING,
+        )
+    ]
 
 
 def summary_facts(result: TuneResult) -> list[Fact]:
@@ -339,7 +392,9 @@ def summary_facts(result: TuneResult) -> list[Fact]:
     projection = result.projection
     if projection is not None:
         facts.append(Fact("planned_run", projection.label, projection.text()))
+        facts += planned_energy_facts(result, projection)
     facts += _proof_facts(result)
+    facts += throttled_verdict_facts(result)
     facts += _best_run_facts(result, best)
     facts += _tie_facts(result)
     facts += _check_facts(result, best)
@@ -399,14 +454,14 @@ def _recommendation_facts(result: TuneResult, best: TrialRecord) -> list[Fact]:
     base = result.baseline
     facts.append(Fact("recommended", f"recommended (trial #{best.number})", best.config.short()))
     if base is not None and result.speedup is not None:
-        text = speedup_text(result.speedup, base.value, best.value, result.unit)
+        text = speedup_text(result.speedup, base.value, best.value, result.objective_unit)
         if best.ratio_range is not None:
             low, high = best.ratio_range
             text += f", median of {best.runs} paired rounds (range {low:.2f}-{high:.2f}x)"
         facts.append(
             Fact(
                 "speedup",
-                f"speedup over baseline (trial #{base.number}, {base.config.short()})",
+                f"{gain_name(result)} over baseline (trial #{base.number}, {base.config.short()})",
                 text,
             )
         )
@@ -418,6 +473,11 @@ def _recommendation_facts(result: TuneResult, best: TrialRecord) -> list[Fact]:
                 f"did not run cleanly: {base.status}: {base.reason}",
                 WARNING,
             )
+        )
+    if result.objective == ENERGY:  # what the thriftier config costs in time
+        rates = [f"#{r.number} {rate_text(r.measurement)}" for r in (best, base) if r is not None]
+        facts.append(
+            Fact("throughput", "throughput (not the objective)", " · baseline ".join(rates))
         )
     return facts
 

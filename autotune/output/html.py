@@ -165,9 +165,12 @@ def _summary_html(result: TuneResult) -> str:
     speedup = next((f for f in facts if f.key == "speedup"), None)
     if speedup is not None and result.speedup is not None:
         head, _, rest = speedup.text.partition(" ")
+        than = "faster than the baseline"
+        if result.objective_unit.endswith("/J"):  # an energy study's ratio
+            than = f"the {result.objective_unit} of the baseline"
         rows.append(
-            f"<p><span class='big'>{_e(head)}</span> faster than the baseline {_e(rest)}: "
-            f"{_e(speedup.label.removeprefix('speedup over '))}</p>"
+            f"<p><span class='big'>{_e(head)}</span> {than} {_e(rest)}: "
+            f"{_e(speedup.label.partition(' over ')[2])}</p>"
         )
     cells = [
         f"<tr><th>{_e(f.label)}</th><td{' class=note' if f.level != 'info' else ''}>"

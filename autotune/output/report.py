@@ -112,8 +112,8 @@ def make_report(
     for number, p in profiles.items():
         if p.get("status") != OK:
             notes.append(f"profile of trial #{number} failed: {p.get('status')}: {p.get('reason')}")
-    objective = f"{result.unit}/s"
-    if result.plan is not None:
+    objective = result.objective_unit
+    if result.plan is not None and not objective.endswith("/J"):
         objective += f" over {result.plan.text()} (compile included)"
     files, plot_notes = plots.write_plots(
         study,
@@ -142,6 +142,7 @@ def report_data(result: TuneResult, profiles: dict[int, dict[str, Any]]) -> dict
         "environment": result.environment,
         "baseline": base.number if base else None,
         "best": best.number if best else None,
+        "objective_unit": result.objective_unit,  # of the values; speedup is their ratio
         "speedup": result.speedup,
         "speedup_range": list(best.ratio_range) if best and best.ratio_range else None,
         "aggregation": aggregation_text(best) if best else None,
@@ -166,6 +167,15 @@ def report_data(result: TuneResult, profiles: dict[int, dict[str, Any]]) -> dict
         "knob_time": [c.to_dict() for c in result.knob_costs()],
         "mfu": _mfu_data(result),
         "energy_unavailable": result.environment.get("energy_unavailable") or None,
+        "throttled_verdict": [
+            {
+                "role": role,
+                "trial": r.number,
+                "runs": r.runs,
+                "throttled_runs": list(r.throttled_numbers),
+            }
+            for role, r in result.throttled_verdict()
+        ],
         "trials": [trial_data(t, result) for t in result.trials if t.role != DUPLICATE],
         "profiles": {str(n): {**p, "advice": advice(p, evidence)} for n, p in profiles.items()},
     }

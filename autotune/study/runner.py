@@ -24,7 +24,7 @@ from ..errors import WorkloadError
 from ..knobs import Capabilities
 from ..measurement import FAILED, OK, OOM, PRUNED, SPAWNED_AT, STACKS_SIGNAL, TIMEOUT, Measurement
 from ..mfu import peak_keys
-from ..space import Space
+from ..space import ENERGY, Space
 from . import forks, stacks
 from .compile_cache import compile_cache, keep_machine_probe, machine_probe
 from .forks import FORK, SPAWN, Forked, LauncherError
@@ -301,7 +301,8 @@ def run_trial(
         "trial": asdict(space.trial),
     }
     pruner = None
-    if space.search.prune and best_value:
+    # An energy study's best value is units per joule; a trial's progress has no energy.
+    if space.search.prune and best_value and space.trial.objective != ENERGY:
         spec["progress_path"] = str(folder / "progress.json")
         (folder / "progress.json").unlink(missing_ok=True)
         pruner = Pruner(folder / "progress.json", best_value, space.trial, space.search)

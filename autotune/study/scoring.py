@@ -16,7 +16,7 @@ from ..measurement import (
     Measurement,
 )
 from ..planned import Plan
-from ..space import AccuracyGuard, Space, TrialSettings
+from ..space import ENERGY, AccuracyGuard, Space, TrialSettings
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,10 @@ def rate_objective(
 
 def objective(m: Measurement, trial: TrialSettings, cold_compile_s: float | None = None) -> float:
     """The objective of a measurement (0 without a throughput): samples/s, or real
-    tokens/s for a token workload; see :func:`rate_objective`.
+    tokens/s for a token workload; see :func:`rate_objective`. With ``trial.objective:
+    energy``, samples (real tokens) per joule of the training device over the timed
+    window (:attr:`Measurement.unit_per_joule`; 0 where no energy was read): the compile's
+    energy is not measured, so a planned length does not amortise it (docs/energy.md).
 
     ``cold_compile_s``: the config's compile time on a cold cache, for a run whose own
     compile hit a warm one (a repeat): the planned run is charged the cold figure, so the
@@ -75,6 +78,8 @@ def objective(m: Measurement, trial: TrialSettings, cold_compile_s: float | None
     """
     if not m.rate:
         return 0.0
+    if trial.objective == ENERGY:
+        return m.unit_per_joule or 0.0
     compile_s = m.compile_s or 0.0
     if m.compile_cache == "warm" and cold_compile_s is not None:
         compile_s = cold_compile_s

@@ -196,5 +196,6 @@ def load_result(
         global_batch=space.global_batch,
         plan=Plan.of(space.trial),
         screening=kept_schedule(study.user_attrs),
+        objective=space.trial.objective,
     )
     return study, result

@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from ..decisions import interval
-from ..errors import ArgumentError, StorageError, make_folder
+from ..errors import ArgumentError, SpaceError, StorageError, make_folder
 from ..measurement import FAILED, OK, TOKENS, compile_estimate_s
 from ..planned import Plan
 from ..results import BASELINE, TrialRecord, TuneResult
-from ..space import Space
+from ..space import ENERGY, Space
 from . import runner
 from .scoring import rate_objective
 from .storage import load_result
@@ -336,8 +336,14 @@ def verify_result(
     Raises:
         ArgumentError: an argument is out of range.
         StorageError: the result has no feasible baseline or recommendation.
+        SpaceError: the study's objective is energy (verify compares throughput).
     """
     check_arguments(rounds, steps_factor, timeout_s, max_rounds)
+    if space.trial.objective == ENERGY:
+        raise SpaceError(
+            f"{space.source}: trial.objective: energy: autotune verify compares speedups in "
+            "throughput, and this study ranked its configs by units per joule"
+        )
     base, best = _pair(result)
     trial = space.trial
     verification = Verification(

@@ -318,6 +318,8 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
             "mean": sum(lengths) / len(lengths),
         }
     caps = capabilities(device, workload, dataset)
+    # why no energy can be read here ("" where it can): trial.objective: energy needs it
+    caps["energy_unavailable"] = energy_unavailable(device.type)
     # what the exports name for per-block wrapping (FSDP auto-wrap classes)
     block_types = caps.pop("block_types")
     env = {
