@@ -220,6 +220,7 @@ class Tuner:
             global_batch=self.space.global_batch,
             plan=Plan.of(self.space.trial),
             screening=screening.kept(study.user_attrs),
+            objective=self.space.trial.objective,
         )
         if result.best is not None:
             path = write_best_config(result, self.out_dir / "best_config.yaml")
