@@ -86,6 +86,8 @@ class ConsoleReporter(Reporter):
         elif record.round is not None:
             again = f", again #{record.repeat_of}" if record.role == REPEAT else ""
             head = f"confirm round {record.round}{again}"
+        elif record.role == REPEAT:  # the baseline again, back to back: the noise floor
+            head = f"noise run, again #{record.repeat_of}"
         else:
             head = f"trial {done}{of}"
         role = f"screen {record.move}" if record.move else record.role
