@@ -97,6 +97,8 @@ def sample(space: Space, trial: optuna.Trial) -> Config:
     searched by index also gets its value as the trial's user attr ``<knob>``.
     """
     indexes = trial.study.user_attrs.get(ENCODING) == INDEXES
+    if isinstance(trial.study.sampler, ConfigGrid):
+        trial.study.sampler.choose(space, trial)
 
     def choose(name: str, choices: tuple[Any, ...]) -> Any:
         key, dist = param(name, choices, indexes)
@@ -183,25 +185,86 @@ def unmeasured(
     return None
 
 
-def grid(space: Space, indexes: bool = False) -> dict[str, list[Any]]:
-    """Every param value of the space, as Optuna's GridSampler wants it (``indexes``: in
-    the encoding of a study of an older autotune, see :func:`param`)."""
-    out = {}
-    for name, choices in space.searched.items():
-        key, _ = param(name, choices, indexes)
-        out[key] = list(choices) if key == name else list(range(len(choices)))
-    return out
+class ConfigGrid(optuna.samplers.BaseSampler):
+    """``search.sampler: grid``: every config of the space the trials see, exactly once.
+
+    Optuna's GridSampler walks the product of the params' values. A conditional knob
+    (``persistent_workers`` means nothing without workers) then makes several grid points
+    one config (the tuner answers the repeats from storage and they spend the budget),
+    and the grid is fixed when the sampler is made, before the device restriction drops
+    values (``num_workers: 3`` on 2 CPUs), so it ran dropped values. This sampler chooses
+    whole configs instead: :func:`sample` hands it the (restricted) space of each trial and
+    it picks, in an order shuffled by ``seed``, the first config of :func:`every_config`
+    that no running or finished trial of the study measures (another worker's included);
+    the trial's params are then that config's. A queued trial (the baseline, a retry)
+    keeps its own params. When every config is taken it repeats the first (the tuner
+    counts the space as covered and stops).
+    """
+
+    def __init__(self, seed: int | None = None) -> None:
+        self._seed = seed
+        self._order: tuple[Space, list[Config] | None] | None = None
+        self._params: dict[int, dict[str, Any]] = {}
+        self._fallback = optuna.samplers.RandomSampler(seed=seed)
+
+    def infer_relative_search_space(self, study, trial) -> dict[str, BaseDistribution]:
+        return {}
+
+    def sample_relative(self, study, trial, search_space) -> dict[str, Any]:
+        return {}
+
+    def sample_independent(self, study, trial, param_name, param_distribution) -> Any:
+        params = self._params.get(trial.number, {})
+        if param_name in params:
+            return params[param_name]
+        return self._fallback.sample_independent(study, trial, param_name, param_distribution)
+
+    def after_trial(self, study, trial, state, values) -> None:
+        self._params.pop(trial.number, None)
+
+    def choose(self, space: Space, trial: optuna.Trial) -> None:
+        """Pick the config ``trial`` measures: the next one of ``space`` not yet taken."""
+        if self._order is None or self._order[0] is not space:
+            configs = every_config(space)
+            if configs is not None:
+                random.Random(self._seed).shuffle(configs)
+            self._order = (space, configs)
+        configs = self._order[1]
+        taken = _taken(trial.study)
+        if configs is None:  # too many to list: an untaken config by rejection
+            rng = random.Random(f"{self._seed}-{trial.number}")
+            found = unmeasured(space, [], taken, rng)
+            config = found[0] if found else _walk(space, lambda name, choices: choices[0])
+        else:
+            config = next((c for c in configs if c.key() not in taken), configs[0])
+        self._params[trial.number] = encode(space, config)
+
+
+def _taken(study: optuna.Study) -> set[str]:
+    """The configs a running or finished trial of ``study`` measures (its stored config,
+    else the key it claimed; see :mod:`autotune.study.coordination`)."""
+    states = (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.COMPLETE)
+    keys = set()
+    for t in study.get_trials(deepcopy=False, states=states):
+        config = t.user_attrs.get("config")
+        key = (
+            Config.from_dict(config).key() if config is not None else t.user_attrs.get("config_key")
+        )
+        if key is not None:
+            keys.add(key)
+    return keys
 
 
 def make_sampler(space: Space, indexes: bool = False) -> optuna.samplers.BaseSampler:
-    """The sampler ``search.sampler`` names, seeded (``indexes``: see :func:`grid`)."""
+    """The sampler ``search.sampler`` names, seeded (``indexes``: the params of a study of
+    an older autotune, see :func:`param`; the grid gives both encodings)."""
     s = space.search
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         if s.sampler == "random":
             return optuna.samplers.RandomSampler(seed=s.seed)
         if s.sampler == "grid":
-            return optuna.samplers.GridSampler(grid(space, indexes), seed=s.seed)
+            return ConfigGrid(seed=s.seed)
         if s.sampler == "tpe-independent":
             return optuna.samplers.TPESampler(
                 seed=s.seed, n_startup_trials=s.n_startup_trials, constant_liar=True

@@ -26,7 +26,7 @@ from ..measurement import OK, Measurement
 from ..planned import Plan
 from ..results import MOVE, SEARCH, TrialRecord, TuneResult
 from ..space import Space
-from .sampling import ENCODING, INDEXES, VALUES, make_sampler
+from .sampling import ENCODING, INDEXES, VALUES
 from .screening import kept as kept_schedule
 
 
@@ -124,8 +124,6 @@ def open_study(space: Space, storage: str, study_name: str, sampler: Any) -> opt
         # value in others.
         if ENCODING not in attrs:
             study.set_user_attr(ENCODING, INDEXES)
-        if isinstance(sampler, optuna.samplers.GridSampler):
-            study.sampler = make_sampler(space, indexes=True)
     return study
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 
 import optuna
 import pytest
@@ -12,11 +13,12 @@ import yaml
 from autotune import Config, Measurement, SpaceError, load_space, tune
 from autotune.errors import WorkloadError
 from autotune.measurement import TOKENS
-from autotune.results import TrialRecord, TuneResult
+from autotune.results import DUPLICATE, REPEAT, TrialRecord, TuneResult
 from autotune.space import SearchSettings, TrialSettings
 from autotune.study.pruning import Pruner
 from autotune.study.replay import ReplayBackend, record_table
 from autotune.study.scoring import objective
+from autotune.study.storage import records
 
 SPACE = """
     workload: {workloads}:tiny
@@ -211,6 +213,74 @@ def test_grid_measures_every_config_once(write_space, tmp_path):
     assert len(backend.calls) == 16 == len({c.key() for c in backend.calls})
     assert len(result.trials) == 16
     assert any("all 16 configs of the space are measured" in n for n in result.notes)
+
+
+def test_a_grid_runs_each_config_of_the_restricted_space_exactly_once(write_space, tmp_path):
+    """persistent_workers means nothing without workers (one config at num_workers 0, two
+    with workers), and more workers than this machine's CPUs are dropped by the device
+    restriction: the grid is the 6 configs left, each measured once, none dropped."""
+    too_many = os.cpu_count() + 1
+    space = load_space(
+        write_space(f"""
+        workload: {{workloads}}:tiny
+        knobs:
+          batch_size: [8, 16]
+          num_workers: [0, 1, {too_many}]
+          persistent_workers: [false, true]
+        baseline: {{batch_size: 8}}
+        global_batch: 32
+        trial: {{warmup_steps: 1, measured_steps: 3}}
+        search: {{sampler: grid, confirm_top: 0, prune: false}}
+        budget: {{n_trials: 20}}
+    """)
+    )
+    storage = f"sqlite:///{tmp_path}/grid.db"
+    result = tune(space, storage=storage, out_dir=tmp_path / "runs")
+    study = optuna.load_study(study_name="space", storage=storage)
+    runs = [
+        (t.config.batch_size, t.config.num_workers, t.config.persistent_workers)
+        for t in records(study)
+        if t.role not in (DUPLICATE, REPEAT)
+    ]
+    restricted = [(b, 0, False) for b in (8, 16)] + [
+        (b, 1, p) for b in (8, 16) for p in (False, True)
+    ]
+    assert sorted(runs) == sorted(restricted), result.notes
+    assert not [t for t in records(study) if t.role == DUPLICATE]  # no grid point twice
+    assert any("all 6 configs of the space are measured" in n for n in result.notes)
+
+
+def test_a_replayed_grid_never_runs_a_value_the_restriction_dropped(write_space, tmp_path):
+    """The issue's case: num_workers 0-3 on a 2-CPU table (3 dropped), persistent_workers
+    meaningful only with workers. Each of the 2 x (1 + 2 x 2) = 10 configs once."""
+    rows = []
+    for bs, w, p in itertools.product([8, 16], [0, 1, 2, 3], [False, True]):
+        if w == 0 and p:
+            continue
+        m = Measurement(status="ok", samples_per_s=100.0 + bs + w, samples_per_step=32)
+        config = Config(
+            batch_size=bs, accumulation_steps=32 // bs, num_workers=w, persistent_workers=p
+        )
+        rows.append({"config": config.to_dict(), "measurement": m.to_dict()})
+    table = {"capabilities": {"device": "cpu", "cpu_count": 2}, "measurements": rows}
+    space = load_space(
+        write_space("""
+        workload: {workloads}:tiny
+        knobs:
+          batch_size: [8, 16]
+          num_workers: [0, 1, 2, 3]
+          persistent_workers: [false, true]
+        baseline: {batch_size: 8}
+        global_batch: 32
+        search: {sampler: grid, confirm_top: 0, prune: false, seed: 1}
+        budget: {n_trials: 40}
+    """)
+    )
+    backend = ReplayBackend(table)
+    result = tune(space, storage="memory", out_dir=tmp_path, backend=backend)
+    keys = [c.key() for c in backend.calls]
+    assert len(keys) == len(set(keys)) == 10, result.notes
+    assert max(c.num_workers for c in backend.calls) == 2
 
 
 def test_within_noise_flag():
