@@ -82,6 +82,57 @@ def test_each_rule_fires_past_its_threshold_and_not_below(rule, fires, quiet, fi
     assert rule(Shares()) is None  # nothing measured: no rule fires
 
 
+EPS = 1e-3
+
+
+@pytest.mark.parametrize(
+    ("rule", "field", "threshold", "fires_above"),
+    [
+        # The values are written out, not read from screening: a threshold that moves (by
+        # 2 EPS or more) must fail here.
+        (screening.padding_first, "padding_share", 0.20, True),
+        (screening.data_first, "data_share", 0.20, True),
+        (screening.data_last, "data_share", 0.05, False),
+        (screening.precision_first, "precision_gain", 1.5, True),
+        (screening.tight_memory_first, "memory_share", 0.80, True),
+        (screening.roomy_memory_first, "memory_share", 0.50, False),
+    ],
+)
+def test_each_rule_turns_at_its_threshold(rule, field, threshold, fires_above):
+    """Just above and just below each threshold (EPS away), and at it: rules that fire
+    above fire at the threshold itself, rules that fire below do not."""
+    extra = {"precision": "bf16"} if field == "precision_gain" else {}
+
+    def fires(value: float) -> bool:
+        return rule(Shares(**{field: value}, **extra)) is not None
+
+    assert fires(threshold + EPS) is fires_above
+    assert fires(threshold - EPS) is not fires_above
+    assert fires(threshold) is fires_above
+
+
+def test_a_compile_is_skipped_below_half_the_best_and_not_at_it(write_space):
+    space = load_space(
+        write_space("""
+        workload: {workloads}:tiny
+        knobs: {batch_size: [8, 32], compile_mode: ["off", default]}
+        baseline: {batch_size: 8}
+        global_batch: 32
+    """)
+    )
+    best = _record(2, 100.0, batch_size=32)
+    compiled = space.config_from({"batch_size": 8, "compile_mode": "default"})
+
+    def skipped(eager_value: float) -> bool:
+        eager = _record(1, eager_value, batch_size=8, accumulation_steps=4)
+        measured = {eager.config.key(): eager, best.config.key(): best}
+        return screening.not_worth_compiling(space, compiled, measured, best) is not None
+
+    assert skipped(100.0 * (0.5 - EPS))
+    assert not skipped(100.0 * 0.5)
+    assert not skipped(100.0 * (0.5 + EPS))
+
+
 def test_the_shares_read_the_baselines_padding_data_wait_and_memory():
     m = Measurement(
         status="ok",
@@ -527,7 +578,14 @@ def test_a_replayed_study_screens_precision_first_where_the_probe_measured_it_fa
         "batch_size=64",
         "batch_size=16",
     ]
-    assert schedule["reasons"][0].startswith("bf16 matmuls measured 2.1x the baseline's peak")
+    # The baseline's median data wait (runs 5.04%, 4.6%, 3.9%: 4.6%) is below the idle
+    # threshold, so the DataLoader knobs and threads go last.
+    assert schedule["profile"]["data_share"] == pytest.approx(0.0461, abs=1e-4)
+    assert schedule["reasons"][:2] == [
+        "the step waited for data 5% of the window: DataLoader knobs and threads last",
+        "bf16 matmuls measured 2.1x the baseline's peak on this machine: precision first",
+    ]
+    assert schedule["order"][-2:] == ["num_workers=1", "num_threads=1"]
     assert schedule["profile"]["precision"] == "bf16"
     assert [c.amp_dtype for c in backend.calls[:2]] == ["fp32", "bf16"]
     # Batch 64 won in bf16: batch 16 is against the trend, so the fifth trial moves the
@@ -536,10 +594,10 @@ def test_a_replayed_study_screens_precision_first_where_the_probe_measured_it_fa
         "amp_dtype=bf16",
         "batch_size=128",
         "batch_size=64",
-        "num_workers=1",
+        "channels_last=True",
     ]
     text = {f.key: f for f in summary_facts(result)}["screening"].text
     assert text.startswith(
-        "amp_dtype=bf16, batch_size=128, batch_size=64, num_workers=1; not made:"
+        "amp_dtype=bf16, batch_size=128, batch_size=64, channels_last=True; not made:"
     )
     assert "batch_size=16" in text.split("not made:")[1]
