@@ -142,7 +142,8 @@ class SearchSettings:
 
     Attributes:
         sampler: ``tpe`` (multivariate, grouped), ``tpe-independent``, ``gp``, ``random`` or
-            ``grid`` (every config of the space, in order).
+            ``grid`` (every config of the space once, as restricted to the machine,
+            inactive knobs folded; in an order shuffled by ``seed``).
         n_startup_trials: random trials before a model-based sampler takes over.
         seed: the sampler's seed.
         prune: stop a trial once its first measured steps show it cannot beat the best
