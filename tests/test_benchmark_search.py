@@ -33,3 +33,39 @@ def test_repeat_refuses_a_share_out_of_range():
     with pytest.raises(ArgumentError, match="--within must be a share in"):
         search.near_the_top({"a": 1.0}, 1.5)
     assert search.near_the_top({"a": 0.0}, 0.15) == []  # nothing ran: nothing to repeat
+
+
+def _flat_case(write_space, base_runs, best_runs):
+    from autotune import Config, Measurement, load_space
+
+    space = load_space(
+        write_space("""
+        workload: {workloads}:tiny
+        knobs: {batch_size: [8, 32]}
+        baseline: {batch_size: 8}
+        global_batch: 32
+    """)
+    )
+    best = Config(batch_size=32)
+
+    def row(config, rates):
+        runs = [Measurement(status="ok", samples_per_s=r, samples_per_step=32) for r in rates]
+        return {
+            "config": config.to_dict(),
+            "measurement": runs[0].to_dict(),
+            "repeats": [
+                {"pass": str(i), "measurement": m.to_dict()} for i, m in enumerate(runs[1:])
+            ],
+        }
+
+    table = {"measurements": [row(space.baseline, base_runs), row(best, best_runs)]}
+    return search._flat_text(table, space, best, sorted(best_runs)[len(best_runs) // 2])
+
+
+def test_a_grid_whose_optimum_is_within_the_noise_of_its_baseline_is_flat(write_space):
+    # cnn_grid240's runs: the optimum 2,688, 2,379, 2,633; the baseline 2,427, 2,298, 2,615
+    overlap = _flat_case(write_space, [2427, 2298, 2615], [2688, 2379, 2633])
+    assert "overlap the baseline's (2,298-2,615)" in overlap
+    assert "within 5%" in _flat_case(write_space, [1000, 990, 1010], [1040, 1030, 1045])
+    # cnn_amp_grid's: a lead above every baseline run judges
+    assert _flat_case(write_space, [988, 914, 828], [1719, 1768, 1698]) == ""
