@@ -238,6 +238,9 @@ def _one_run(space, table, sampler: str, seed: int, budget: int, name: str = "")
         seed=seed,
         confirm_top=0,
         prune=False,
+        # The baseline's noise runs would look its one row up twice more: no noise to
+        # measure, and _trajectory would count them as trials.
+        noise_runs=0,
     )
     space = dataclasses.replace(space, search=search)
     backend = ReplayBackend(table, space.baseline, name=name)
@@ -350,8 +353,9 @@ def replay(
 
 # What the replay is: printed above its tables (docs/benchmarks.md).
 SETTINGS = (
-    "every replay runs the tuner with `search.prune: false` and `search.confirm_top: 0` "
-    "(no pruning, no confirmation rounds; `_one_run`), so a wall time here is the sum of "
+    "every replay runs the tuner with `search.prune: false`, `search.confirm_top: 0` and "
+    "`search.noise_runs: 0` (no pruning, no confirmation rounds, no noise runs of the "
+    "baseline; `_one_run`), so a wall time here is the sum of "
     "the recorded full runs of the search's trials and of the accuracy guard's reference "
     "runs, not what a live study with its default pruning and confirmation would spend. "
     "Repeated configs answer with their median run as measured (no scaling by a pass's "
