@@ -406,7 +406,13 @@ def test_a_replayed_study_screens_one_knob_per_trial_then_hands_over_to_tpe(tmp_
     table = json.loads((ROOT / "benchmarks/tables/cnn_grid.json").read_text())
     space = load_space(ROOT / table["space"])
     search = dataclasses.replace(
-        space.search, sampler="tpe", screening=True, confirm_top=0, prune=False, seed=1
+        space.search,
+        sampler="tpe",
+        screening=True,
+        confirm_top=0,
+        prune=False,
+        seed=1,
+        noise_runs=0,  # a table answers the baseline's row again: no noise to measure
     )
     space = dataclasses.replace(space, search=search)
     storage = f"sqlite:///{tmp_path}/s.db"
@@ -549,6 +555,7 @@ def test_a_grid_measures_every_config_compiled_ones_whose_eager_twin_lost_includ
     # because its eager twin lost far behind would be a hole in the table.
     table = json.loads((ROOT / "benchmarks/tables/lm_grid.json").read_text())
     space = load_space(ROOT / table["space"])  # sampler: grid
+    space = dataclasses.replace(space, search=dataclasses.replace(space.search, noise_runs=0))
     backend = ReplayBackend(table)
     n = len(backend.rows)
     result = tune(space, storage="memory", out_dir=tmp_path, backend=backend, n_trials=n)
@@ -563,7 +570,7 @@ def test_a_replayed_study_screens_precision_first_where_the_probe_measured_it_fa
     table = json.loads((ROOT / "benchmarks/tables/cnn_amp_grid.json").read_text())
     space = load_space(ROOT / table["space"])
     search = dataclasses.replace(
-        space.search, sampler="tpe", screening=True, confirm_top=0, prune=False
+        space.search, sampler="tpe", screening=True, confirm_top=0, prune=False, noise_runs=0
     )
     space = dataclasses.replace(space, search=search)
     storage = f"sqlite:///{tmp_path}/s.db"

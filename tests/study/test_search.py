@@ -302,7 +302,7 @@ def test_a_replayed_grid_never_runs_a_value_the_restriction_dropped(write_space,
           persistent_workers: [false, true]
         baseline: {batch_size: 8}
         global_batch: 32
-        search: {sampler: grid, confirm_top: 0, prune: false, seed: 1}
+        search: {sampler: grid, confirm_top: 0, prune: false, seed: 1, noise_runs: 0}
         budget: {n_trials: 40}
     """)
     )
