@@ -158,7 +158,7 @@ SPACE = """
     baseline: {batch_size: 32}
     global_batch: free
     limits: {memory: BUDGET, accuracy: off}
-    search: {confirm_top: 0, prune: false, seed: SEED, predict_memory: PREDICT}
+    search: {confirm_top: 0, prune: false, seed: SEED, predict_memory: PREDICT, noise_runs: 0}
     budget: {n_trials: 14}
 """
 
