@@ -53,7 +53,7 @@ def padding_free() -> str | None:
     """``"flat"`` where the installed transformers keeps samples packed into one row apart
     from their restarting ``position_ids`` (its masks do since ``masking_utils`` has
     ``find_packed_sequence_indices``; checked on the CPU with SDPA and eager attention,
-    tests/test_isolated_packing.py), else ``None``."""
+    tests/trial/test_isolated_packing.py), else ``None``."""
     try:
         from transformers.masking_utils import find_packed_sequence_indices  # noqa: F401
     except ImportError:

@@ -21,7 +21,7 @@ from autotune.trial.apply import apply_workload
 from autotune.trial.tokens import IsolatedCollate, TokenCollate
 from autotune.workload import load_workload
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _text_lm():

@@ -1,0 +1,53 @@
+"""The sign test's interval and the decisions read from it (autotune/decisions.py)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from autotune.decisions import (
+    PROVEN,
+    UNRESOLVED,
+    WITHIN,
+    bound_rank,
+    decide,
+    interval,
+    margin,
+    noise_floor,
+)
+
+
+def _below(n: int, k: int) -> float:
+    """P(Bin(n, 1/2) <= k - 1): the chance that the k-th smallest of n values lies above
+    the true median (the bound fails)."""
+    return sum(math.comb(n, j) for j in range(k)) / 2**n
+
+
+@pytest.mark.parametrize("n", range(1, 16))
+def test_the_bound_is_the_highest_rank_whose_error_is_at_most_one_eighth(n):
+    k = bound_rank(n)
+    if k:
+        assert _below(n, k) <= 0.125
+    assert _below(n, k + 1) > 0.125  # one rank further in would claim too much
+
+
+def test_known_ranks():
+    # 3 rounds: all three on a side (1/8); 6 rounds: one may fall on the wrong side.
+    assert [bound_rank(n) for n in (2, 3, 4, 5, 6, 8, 9, 12)] == [0, 1, 1, 1, 2, 2, 3, 4]
+
+
+def test_the_interval_and_the_decisions():
+    assert interval([1.2, 1.0]) is None  # two rounds bound nothing at 87.5%
+    assert interval([1.3, 1.1, 1.2]) == (1.1, 1.3)
+    assert interval([1.05, 0.9, 1.06, 1.04, 1.07, 1.05]) == (1.04, 1.06)
+    assert decide([1.10, 1.08, 1.09], 1.03) == PROVEN
+    assert decide([1.00, 0.98, 1.01], 1.03) == WITHIN
+    assert decide([1.10, 0.99, 1.08], 1.03) == UNRESOLVED
+    assert decide([1.10, 1.09], 1.03) == UNRESOLVED  # too few rounds
+
+
+def test_the_noise_floor_and_the_margin():
+    assert noise_floor([100.0, 88.0, 100.0]) == pytest.approx(0.12)
+    assert noise_floor([100.0]) is None
+    assert margin(0.03, 0.12) == 0.12 and margin(0.03, 0.01) == 0.03 and margin(0.03, None) == 0.03
