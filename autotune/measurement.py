@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import signal
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -19,14 +18,6 @@ OVER_MEMORY, ACCURACY = "over-memory", "accuracy"
 # A search config not run: the study's memory model (autotune.study.memory) predicts it
 # over the budget. Infeasible for the sampler, never measured.
 PREDICTED_OVER_MEMORY = "predicted-over-memory"
-# Where a trial process writes its Python stacks (faulthandler: on a fatal signal, and on
-# STACKS_SIGNAL, which the supervisor sends before killing a hung trial), one file per
-# process in the trial's folder: written by autotune.trial, read by autotune.study.stacks.
-STACKS_SIGNAL = signal.SIGUSR1
-STACKS_FILE = "stacks-{pid}.log"
-# The environment variable holding the wall-clock time (time.time()) a trial was spawned.
-SPAWNED_AT = "AUTOTUNE_SPAWNED_AT"
-STACKS_GLOB = "stacks-*.log"
 TOKENS = "tokens"  # Measurement.unit of token workloads (the default unit is "samples")
 
 

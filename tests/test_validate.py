@@ -11,6 +11,7 @@ from conftest import HERE
 from autotune.cli import main
 from autotune.errors import WorkloadError
 from autotune.trial.check import check
+from autotune.trial_spec import TrialSpec
 
 BROKEN = HERE / "broken.py"
 
@@ -64,12 +65,10 @@ EXPECTED = {
 }
 
 
-def _spec(mistake: str) -> dict:
-    return {
-        "workload": f"{BROKEN}:broken",
-        "workload_args": {"mistake": mistake},
-        "batch_size": 8,
-    }
+def _spec(mistake: str) -> TrialSpec:
+    return TrialSpec(
+        mode="check", workload=f"{BROKEN}:broken", workload_args={"mistake": mistake}, batch_size=8
+    )
 
 
 @pytest.mark.parametrize("mistake", sorted(EXPECTED))

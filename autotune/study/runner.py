@@ -15,16 +15,17 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..config import Config
 from ..errors import WorkloadError
 from ..knobs import Capabilities
-from ..measurement import FAILED, OK, OOM, PRUNED, SPAWNED_AT, STACKS_SIGNAL, TIMEOUT, Measurement
+from ..measurement import FAILED, OK, OOM, PRUNED, TIMEOUT, Measurement
 from ..mfu import peak_keys
 from ..space import ENERGY, Space
+from ..trial_spec import SPAWNED_AT, STACKS_SIGNAL, TrialSpec, trial_spec
 from . import forks, stacks
 from .compile_cache import compile_cache, keep_machine_probe, machine_probe
 from .forks import FORK, SPAWN, Forked, LauncherError
@@ -147,7 +148,7 @@ def _supervise(
 
 
 def run_child(
-    spec: dict[str, Any],
+    spec: TrialSpec,
     folder: Path,
     timeout_s: float,
     *,
@@ -169,13 +170,12 @@ def run_child(
     """
     folder.mkdir(parents=True, exist_ok=True)
     spec_path, result_path = folder / "spec.json", folder / "result.json"
-    spec_path.write_text(json.dumps(spec, indent=1, default=str))
+    spec.write(spec_path)
     result_path.unlink(missing_ok=True)
     stacks.clear(folder)
     start = time.perf_counter()
     with open(folder / "stdout.log", "wb") as out, open(folder / "stderr.log", "wb") as err:
-        world_size = int(spec.get("config", {}).get("world_size", 1))
-        proc, started = _start(spec_path, result_path, out, err, world_size, env, module, how)
+        proc, started = _start(spec_path, result_path, out, err, spec.world_size, env, module, how)
         try:
             stopped = _supervise(proc, timeout_s, memory_cap_bytes, stop_early)
         except BaseException:
@@ -221,18 +221,6 @@ def _outcome(
     }
 
 
-def _base_spec(space: Space) -> dict[str, Any]:
-    spec = {
-        "workload": space.workload,
-        "workload_args": space.workload_args,
-        "base_dir": str(space.base_dir),
-        "device": space.device,
-    }
-    if space.lengths_path:
-        spec["lengths_path"] = space.lengths_path
-    return spec
-
-
 def probe(space: Space, folder: Path) -> dict[str, Any]:
     """Load the workload once in a subprocess: capabilities, environment, dataset size;
     for a token workload every sample's length, written to ``folder/lengths.json``; for
@@ -242,20 +230,18 @@ def probe(space: Space, folder: Path) -> dict[str, Any]:
     Raises:
         WorkloadError: the workload cannot be loaded or built.
     """
-    spec = {
-        **_base_spec(space),
-        "mode": "probe",
-        "lengths_path": str(folder / "lengths.json"),
-        # MFU: the baseline's step is FLOP-counted, the peaks of these dtypes measured
-        "baseline": space.baseline.to_dict(),
-        "seed": space.trial.seed,
-        "peak_keys": peak_keys(space.knobs, space.baseline),
-    }
     vec_isa = machine_probe(space, folder)
-    env = None
-    if vec_isa is not None:  # inductor's vector-ISA probe, once for every config's cache
-        spec["vec_isa"] = True
-        env = {"TORCHINDUCTOR_CACHE_DIR": str(vec_isa)}
+    spec = trial_spec(
+        space,
+        "probe",
+        lengths_path=str(folder / "lengths.json"),
+        # MFU: the baseline's step is FLOP-counted, the peaks of these dtypes measured
+        baseline=space.baseline,
+        peak_keys=tuple(peak_keys(space.knobs, space.baseline)),
+        # inductor's vector-ISA probe, once for every config's cache
+        vec_isa=vec_isa is not None,
+    )
+    env = None if vec_isa is None else {"TORCHINDUCTOR_CACHE_DIR": str(vec_isa)}
     result = run_child(spec, folder, space.trial.timeout_s, env=env, how=space.trial.launcher)
     if vec_isa is not None:
         keep_machine_probe(vec_isa, result.get("status") == OK)
@@ -274,7 +260,7 @@ def check(space: Space, folder: Path) -> dict[str, Any]:
     the process crashed or hung).
     """
     sizes = space.knobs.get("batch_size", (space.baseline.batch_size,))
-    spec = {**_base_spec(space), "mode": "check", "device": "cpu", "batch_size": min(sizes)}
+    spec = trial_spec(space, "check", device="cpu", batch_size=min(sizes))
     result = run_child(spec, folder, space.trial.timeout_s)
     refused = result.get("facts", {}).get("framework_refused")
     if result.get("status") == OK and refused:  # knobs a Trainer's own loop cannot set
@@ -294,16 +280,11 @@ def run_trial(
     With ``best_value`` (the best feasible objective so far) and ``search.prune`` on, the
     trial is stopped as soon as its measured steps show it cannot beat that.
     """
-    spec = {
-        **_base_spec(space),
-        "mode": "trial",
-        "config": config.to_dict(),
-        "trial": asdict(space.trial),
-    }
+    spec = trial_spec(space, "trial", config)
     pruner = None
     # An energy study's best value is units per joule; a trial's progress has no energy.
     if space.search.prune and best_value and space.trial.objective != ENERGY:
-        spec["progress_path"] = str(folder / "progress.json")
+        spec = replace(spec, progress_path=str(folder / "progress.json"))
         (folder / "progress.json").unlink(missing_ok=True)
         pruner = Pruner(folder / "progress.json", best_value, space.trial, space.search)
     env, cache = compile_cache(config, folder)
@@ -330,13 +311,12 @@ def profile_trial(space: Space, config: Config, folder: Path, steps: int) -> dic
     ``folder/result.json`` and a Chrome trace to ``folder/trace.json``. Never raises for a
     failing profile: the payload then has ``status`` and ``reason``.
     """
-    spec = {
-        **_base_spec(space),
-        "mode": "profile",
-        "config": config.to_dict(),
-        "trial": asdict(space.trial),
-        "profile_steps": steps,
-        "trace_path": str((folder / "trace.json").resolve()),
-    }
+    spec = trial_spec(
+        space,
+        "profile",
+        config,
+        profile_steps=steps,
+        trace_path=str((folder / "trace.json").resolve()),
+    )
     env, _ = compile_cache(config, folder)
     return run_child(spec, folder, space.trial.timeout_s, env=env, how=space.trial.launcher)

@@ -2,7 +2,7 @@
 
 Every trial process enables :mod:`faulthandler` (``autotune.trial.__main__``): a fatal
 signal (SIGSEGV, SIGABRT...) writes the stacks of all its threads to ``stacks-<pid>.log``
-in the trial's folder, and so does ``measurement.STACKS_SIGNAL``, which the supervisor sends to
+in the trial's folder, and so does ``trial_spec.STACKS_SIGNAL``, which the supervisor sends to
 the trial's process group before it kills a trial that overran its timeout (a forked
 DataLoader worker writes its own file). :func:`locate` finds, in those dumps, the
 innermost frame of the user's code and the kind of process it ran in.
@@ -15,7 +15,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..measurement import STACKS_GLOB
+from ..trial_spec import STACKS_GLOB
 
 STACKS_WAIT_S = 1.0  # time the processes get to write their stacks before the kill
 

@@ -31,6 +31,7 @@ from ..measurement import FAILED, OK, TOKENS, compile_estimate_s
 from ..planned import Plan
 from ..results import BASELINE, TrialRecord, TuneResult
 from ..space import ENERGY, Space
+from ..trial_spec import TrialSpec, trial_spec
 from . import runner
 from .scoring import rate_objective
 from .storage import load_result
@@ -48,7 +49,7 @@ TOLERANCE = 0.05
 MODULE = "autotune.trial.verify"
 
 # What runs one process: (spec, folder, timeout_s, memory_cap_bytes) -> result payload.
-RunChild = Callable[[dict[str, Any], Path, float, int | None], dict[str, Any]]
+RunChild = Callable[[TrialSpec, Path, float, int | None], dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -224,7 +225,7 @@ class Verification:
 
 
 def run_child(
-    spec: dict[str, Any], folder: Path, timeout_s: float, memory_cap_bytes: int | None = None
+    spec: TrialSpec, folder: Path, timeout_s: float, memory_cap_bytes: int | None = None
 ) -> dict[str, Any]:
     """Run ``python -m autotune.trial.verify`` on ``spec`` in ``folder``; its payload.
 
@@ -374,18 +375,14 @@ def verify_result(
     make_folder(folder, "out")
     run = run or run_child
     timeout = timeout_s if timeout_s is not None else trial.timeout_s * steps_factor
-    spec = {
-        "workload": space.workload,
-        "workload_args": space.workload_args,
-        "base_dir": str(space.base_dir),
-        "device": space.device,
-        "seed": trial.seed,
-        "warmup_steps": trial.warmup_steps,
-        "steps": verification.steps,
-        "endless": endless,
-    }
-    if lengths_path is not None and lengths_path.is_file():
-        spec["lengths_path"] = str(lengths_path.resolve())
+    known = lengths_path is not None and lengths_path.is_file()
+    spec = trial_spec(
+        space,
+        "verify",
+        measured_steps=verification.steps,
+        endless=endless,
+        lengths_path=str(lengths_path.resolve()) if known else None,
+    )
     runs: list[VerifyRun] = []
     number = 0
     while _more(verification, number):
@@ -394,7 +391,7 @@ def verify_result(
             record = base if role == BASELINE else best
             run_folder = folder / f"r{number}-{role}"
             payload = run(
-                {**spec, "config": record.config.to_dict()},
+                replace(spec, config=record.config),
                 run_folder,
                 timeout,
                 trial.memory_cap_bytes(),

@@ -13,7 +13,7 @@ from pathlib import Path
 T0 = time.perf_counter()  # before torch is imported: the trial's start-up cost counts
 T0_WALL = time.time()
 
-from ..measurement import SPAWNED_AT, STACKS_FILE, STACKS_SIGNAL  # noqa: E402  (no torch)
+from ..trial_spec import SPAWNED_AT, STACKS_FILE, STACKS_SIGNAL  # noqa: E402  (no torch)
 
 
 def _write_stacks() -> None:

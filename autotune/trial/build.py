@@ -14,18 +14,18 @@ import torch
 from ..config import Config
 from ..errors import WorkloadError
 from ..frameworks import adapters
+from ..trial_spec import TrialSpec
 from ..workload import Workload
 from .apply import Applied, apply_workload, resolve_device, set_threads
 from .guard import init_distributed
 
 
-def load(spec: dict[str, Any]) -> Workload:
+def load(spec: TrialSpec) -> Workload:
     """The workload a spec names (its path relative to the space file's folder), a
     Trainer or Lightning pair adapted; torch is seeded with the run's seed before the
     function runs, so a model it builds starts from the same weights in every run."""
-    base = Path(spec["base_dir"]) if spec.get("base_dir") else None
-    seed = int(spec.get("seed", (spec.get("trial") or {}).get("seed", 0)))
-    return adapters.load(spec["workload"], spec.get("workload_args"), base, seed=seed)
+    base = Path(spec.base_dir) if spec.base_dir else None
+    return adapters.load(spec.workload, spec.workload_args, base, seed=spec.seed)
 
 
 @dataclass
@@ -34,7 +34,7 @@ class Prepared:
     autotune's loop (:func:`build`) and a framework's own loop (:mod:`.native`) start from."""
 
     config: Config
-    trial: dict[str, Any]
+    spec: TrialSpec
     device: torch.device
     workload: Workload
     device_init_s: float = 0.0  # the device's set-up (a CUDA context)
@@ -46,7 +46,7 @@ class Built:
     """A trial's workload with the config applied, as both trial and profile modes run it."""
 
     config: Config
-    trial: dict[str, Any]
+    spec: TrialSpec
     device: torch.device
     workload: Workload
     applied: Applied
@@ -55,12 +55,14 @@ class Built:
     device_init_s: float = 0.0  # the device's set-up (a CUDA context) within the build
 
 
-def prepare(spec: dict[str, Any]) -> Prepared:
+def prepare(spec: TrialSpec) -> Prepared:
     """Threads, device and seed as the config says, then the workload loaded."""
-    config = Config.from_dict(spec["config"])
+    config = spec.config
+    if config is None:
+        raise WorkloadError(f"a {spec.mode} run needs a config")
     set_threads(config)  # before the workload: the inter-op pool is sized only once
     t = time.perf_counter()
-    device = init_distributed(resolve_device(spec.get("device", "auto")))
+    device = init_distributed(resolve_device(spec.device))
     if device.type == "cuda":  # the context, apart from the workload's build
         torch.zeros(1, device=device)
     device_init_s = time.perf_counter() - t
@@ -72,17 +74,16 @@ def prepare(spec: dict[str, Any]) -> Prepared:
 
         dynamo_config.fail_on_recompile_limit_hit = True
     build_s = time.perf_counter() - t - device_init_s
-    return Prepared(config, spec["trial"], device, workload, device_init_s, build_s)
+    return Prepared(config, spec, device, workload, device_init_s, build_s)
 
 
-def build(spec: dict[str, Any], prepared: Prepared | None = None) -> Built:
+def build(spec: TrialSpec, prepared: Prepared | None = None) -> Built:
     """Seed, build the workload and apply the config: the same code path as ``autotune.apply``."""
     p = prepared or prepare(spec)
     config, workload = p.config, p.workload
-    seed = int(p.trial.get("seed", 0))
     lengths = stored_lengths(spec) if workload.tokens is not None else None
     applied = apply_workload(
-        config, workload, device=p.device, seed=seed, endless=True, lengths=lengths
+        config, workload, device=p.device, seed=spec.seed, endless=True, lengths=lengths
     )
     if lengths is not None and len(lengths) != len(applied.loader.dataset):
         raise WorkloadError(
@@ -91,13 +92,13 @@ def build(spec: dict[str, Any], prepared: Prepared | None = None) -> Built:
         )
     lengths = lengths or getattr(applied.loader.sampler, "lengths", None)  # found for grouping
     return Built(
-        config, p.trial, p.device, workload, applied, iter(applied.loader), lengths, p.device_init_s
+        config, spec, p.device, workload, applied, iter(applied.loader), lengths, p.device_init_s
     )
 
 
-def stored_lengths(spec: dict[str, Any]) -> list[int] | None:
+def stored_lengths(spec: TrialSpec) -> list[int] | None:
     """The samples' lengths the study's probe wrote, if this machine can read them."""
-    path = spec.get("lengths_path")
+    path = spec.lengths_path
     try:
         return json.loads(Path(path).read_text()) if path else None
     except (OSError, ValueError):

@@ -19,6 +19,7 @@ import torch
 from ..config import Config
 from ..errors import first_line
 from ..measurement import OK
+from ..trial_spec import TrialSpec
 from ..workload import Workload
 from .apply import apply
 from .build import load
@@ -261,10 +262,10 @@ def check_step(
         check("Workload.loss(model, batch): backward gave no parameter of the model a gradient")
 
 
-def check(spec: dict[str, Any]) -> dict[str, Any]:
+def check(spec: TrialSpec) -> dict[str, Any]:
     """The payload of mode ``check``: ``problems`` (one line each) and ``facts``."""
     torch.manual_seed(0)
-    batch_size = int(spec.get("batch_size", 1))
+    batch_size = spec.batch_size
     workload = load(spec)  # a WorkloadError is the trial's failure reason: one line
     found = Check()
     if workload.native is not None:  # what the framework's own loop cannot set

@@ -38,7 +38,7 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
     untimed forward and backward of the dataset's longest samples runs between warm-up
     and window (``trial.longest_batch``), so the peak memory covers the longest batch.
     """
-    config, trial, device = built.config, built.trial, built.device
+    config, spec, device = built.config, built.spec, built.device
     workload, applied, batches = built.workload, built.applied, built.batches
     startup_s = time.perf_counter() - started
     reset_peak_memory(device)
@@ -47,14 +47,14 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
     losses: list[torch.Tensor] = []
     warmup = StepClock(device)
     warmup.start()
-    for i in range(int(trial["warmup_steps"])):
+    for i in range(spec.warmup_steps):
         losses.append(applied.train_step(batches))
         if i == 0:
             compiles.first_step_done()
     warmup.stop()
     peaks = [peak_memory(device)]
     longest, longest_s = None, None
-    if workload.tokens is not None and trial.get("longest_batch", True):
+    if workload.tokens is not None and spec.longest_batch:
         reset_peak_memory(device)
         began = time.perf_counter()
         longest = _longest_batch_step(built)
@@ -62,7 +62,7 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
         if device.type == "cuda":  # its kernels are queued: its time is until they finish
             torch.cuda.synchronize(device)
         longest_s = time.perf_counter() - began
-    if int(trial["warmup_steps"]) == 0:
+    if spec.warmup_steps == 0:
         compiles.first_step_done()
     reset_peak_memory(device)
 
@@ -85,7 +85,7 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
     clock = StepClock(device)
     telemetry = open_window(device)  # NVML, /proc and RAPL over the window: docs/energy.md
     clock.start()
-    for _ in range(int(trial["measured_steps"])):
+    for _ in range(spec.measured_steps):
         losses.append(applied.train_step(arrivals))
         clock.mark()
         step_positions.append(applied.positions)
@@ -109,7 +109,7 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
     for key in ("peak_mem_bytes", "peak_allocated_bytes"):
         if key in memory:
             memory[key] = max(p[key] for p in peaks)
-    steps = int(trial["measured_steps"])
+    steps = spec.measured_steps
     micro = steps * config.accumulation_steps
     drained = window_drain(queued_before, queued_after, micro)
     produced = (micro - (drained or 0)) / micro  # of the window's micro-batches
@@ -163,9 +163,7 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
         measured_steps=steps,
         window_s=window_s,
         warmup_s=warmup_s,
-        compile_s=compile_seconds(
-            compiles, config, warmup_s, int(trial["warmup_steps"]), window_s / steps
-        ),
+        compile_s=compile_seconds(compiles, config, warmup_s, spec.warmup_steps, window_s / steps),
         startup_s=startup_s,
         skipped_steps=applied.skipped_steps,
         losses=values,

@@ -8,7 +8,6 @@ the workload is data: it is written as a result with its status and a one-line r
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -18,9 +17,9 @@ from typing import Any
 
 import torch
 
-from ..config import Config
 from ..errors import AutotuneError, first_line
 from ..measurement import FAILED, OK, OOM, Measurement
+from ..trial_spec import TrialSpec
 from .build import applied_settings, build, native_settings, prepare, stored_lengths
 from .compile import describe_compile_failure
 from .guard import RANK, WORLD
@@ -37,7 +36,7 @@ def is_oom(exc: BaseException) -> bool:
     )
 
 
-def run_trial(spec: dict[str, Any], started: float) -> dict[str, Any]:
+def run_trial(spec: TrialSpec, started: float) -> dict[str, Any]:
     """Build, warm up, measure; the payload of ``result.json``. Exceptions propagate.
 
     A workload from a Trainer or a Lightning pair runs the framework's own loop
@@ -48,18 +47,18 @@ def run_trial(spec: dict[str, Any], started: float) -> dict[str, Any]:
         from .native import measure_native
 
         lengths = stored_lengths(spec) if prepared.workload.tokens is not None else None
-        m = measure_native(prepared, spec.get("progress_path"), started=started, lengths=lengths)
+        m = measure_native(prepared, spec.progress_path, started=started, lengths=lengths)
         return {**m.to_dict(), "applied": native_settings(prepared)}
     built = build(spec, prepared)
     build_s = time.perf_counter() - t - built.device_init_s
-    m = measure(built, spec.get("progress_path"), started=started)
+    m = measure(built, spec.progress_path, started=started)
     m = m.replace(device_init_s=built.device_init_s, build_s=build_s)
     return {**m.to_dict(), "applied": applied_settings(built.applied)}
 
 
-def run_mode(spec: dict[str, Any], started: float) -> dict[str, Any]:
+def run_mode(spec: TrialSpec, started: float) -> dict[str, Any]:
     """The payload of the spec's mode; exceptions propagate."""
-    mode = spec.get("mode", "trial")
+    mode = spec.mode
     if mode == "probe":
         from .probe import probe
 
@@ -71,11 +70,11 @@ def run_mode(spec: dict[str, Any], started: float) -> dict[str, Any]:
     if mode == "profile":
         from .profile import profile
 
-        return profile(build(spec), spec)
+        return profile(build(spec))
     return run_trial(spec, started)
 
 
-def failure_reason(exc: BaseException, spec: dict[str, Any]) -> str:
+def failure_reason(exc: BaseException, spec: TrialSpec) -> str:
     """One readable line: what failed, naming the knob when a compiler or kernel choice
     did, and the framework's frame when its own loop ran the trial (``in Trainer.fit(),
     lightning/...py:514 in log: ...``)."""
@@ -84,14 +83,11 @@ def failure_reason(exc: BaseException, spec: dict[str, Any]) -> str:
     return f"in {where}: {reason}" if where else reason
 
 
-def _failure(exc: BaseException, spec: dict[str, Any]) -> str:
+def _failure(exc: BaseException, spec: TrialSpec) -> str:
     text = first_line(exc)
     if isinstance(exc, AutotuneError):
         return text
-    try:
-        config = Config.from_dict(spec["config"]) if "config" in spec else None
-    except AutotuneError:
-        config = None
+    config = spec.config
     if config is None:
         return f"{type(exc).__name__}: {text}"
     if type(exc).__name__ == "FailOnRecompileLimitHit":
@@ -118,7 +114,7 @@ def main(argv: list[str], *, started: float, phases: dict[str, float] | None = N
     ``phases``: the process's start-up before this call (``process_start_s``,
     ``import_s``), added to the result."""
     spec_path, result_path = Path(argv[0]), Path(argv[1])
-    spec = json.loads(spec_path.read_text())
+    spec = TrialSpec.read(spec_path)  # the one reading of the spec
     try:
         payload = run_mode(spec, started)
     except Exception as exc:  # the trial's failure is data, reported to the driver

@@ -74,8 +74,8 @@ class Window:
     def __init__(self, prepared: Prepared, progress_path: str | None, counted: bool) -> None:
         self.config, self.device = prepared.config, prepared.device
         self.count_tokens = prepared.workload.count_tokens
-        self.warmup_steps = int(prepared.trial["warmup_steps"])
-        self.measured_steps = int(prepared.trial["measured_steps"])
+        self.warmup_steps = prepared.spec.warmup_steps
+        self.measured_steps = prepared.spec.measured_steps
         self.counted = counted
         self.progress_path = progress_path
         self.compiles = Compiles(self.config.compile_mode != "off")

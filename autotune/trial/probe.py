@@ -25,6 +25,7 @@ from ..config import Config
 from ..host import cpu_model, system_memory_bytes
 from ..knobs import MATMUL_PRECISIONS, OPTIMIZER_IMPLS, SDPA_BACKENDS
 from ..measurement import OK
+from ..trial_spec import TrialSpec
 from ..workload import Workload
 from .apply import collate_for, rebuild_optimizer, resolve_device, sdpa_backend, to_device
 from .build import load
@@ -294,9 +295,9 @@ def environment(device_type: str) -> dict[str, Any]:
     return env
 
 
-def probe(spec: dict[str, Any]) -> dict[str, Any]:
+def probe(spec: TrialSpec) -> dict[str, Any]:
     """Check that the workload loads and tell the driver what this machine can do."""
-    device = resolve_device(spec.get("device", "auto"))
+    device = resolve_device(spec.device)
     workload = load(spec)
     dataset = workload.dataset()
     facts: dict[str, Any] = {
@@ -308,8 +309,8 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
         facts["baseline"] = dict(workload.baseline)
     if workload.tokens is not None:  # checks tokens.lengths against the dataset
         found = dataset_lengths(dataset, workload.tokens)
-        if spec.get("lengths_path"):  # for the trials of the study
-            Path(spec["lengths_path"]).write_text(json.dumps(found))
+        if spec.lengths_path:  # for the trials of the study
+            Path(spec.lengths_path).write_text(json.dumps(found))
         lengths = sorted(found)
         facts["lengths"] = {
             "min": lengths[0],
@@ -327,13 +328,11 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
         "workload_block_types": block_types,
         "workload_framework": workload.framework,
     }
-    if spec.get("vec_isa") and device.type == "cpu" and caps["compile"]:
+    if spec.vec_isa and device.type == "cpu" and caps["compile"]:
         env["cpu_vec_isa"] = vec_isa()
-    if "baseline" in spec:  # the study's probe: what MFU needs
-        baseline = Config.from_dict(spec["baseline"])
-        seed = int(spec.get("seed", 0))
-        env["model_flops"] = model_flops(workload, dataset, baseline, device, seed)
-        keys = [*spec.get("peak_keys", ["fp32"]), *_own_peak_keys(workload.baseline)]
+    if spec.baseline is not None:  # the study's probe: what MFU needs
+        env["model_flops"] = model_flops(workload, dataset, spec.baseline, device, spec.seed)
+        keys = [*spec.peak_keys, *_own_peak_keys(workload.baseline)]
         keys = usable_peak_keys(list(dict.fromkeys(keys)), caps)
         env.update(peak_facts(keys, device, env.get("nvml_name") or env.get("device_name")))
     return {"status": OK, "capabilities": caps, "environment": env, "workload": facts}

@@ -204,8 +204,8 @@ def _graphs(built: Built) -> int | None:
     return int(utils.counters["stats"].get("unique_graphs", 0))
 
 
-def profile(built: Built, spec: dict[str, Any]) -> dict[str, Any]:
-    """Warm up, profile ``spec["profile_steps"]`` steps, write the Chrome trace, summarise.
+def profile(built: Built) -> dict[str, Any]:
+    """Warm up, profile the spec's ``profile_steps`` steps, write the Chrome trace, summarise.
 
     Besides :func:`summarize`'s keys: ``cpu_count`` (the cap of ``num_workers``), for token
     workloads ``padding_share``, and for a compiled model ``graphs`` (built so far) and
@@ -216,9 +216,10 @@ def profile(built: Built, spec: dict[str, Any]) -> dict[str, Any]:
     from torch.profiler import profile as torch_profile
 
     applied, batches, device = built.applied, built.batches, built.device
-    steps = int(spec.get("profile_steps", 5))
+    spec = built.spec
+    steps = spec.profile_steps
     # At least one untimed step: compile, cudnn autotuning and allocator warm-up.
-    for _ in range(max(1, int(built.trial.get("warmup_steps", 1)))):
+    for _ in range(max(1, spec.warmup_steps)):
         applied.train_step(batches)
     _sync(device)
     activities = [ProfilerActivity.CPU]
@@ -240,7 +241,7 @@ def profile(built: Built, spec: dict[str, Any]) -> dict[str, Any]:
                 _sync(device)
                 wall_s = time.perf_counter() - start
             prof.step()
-    trace = spec.get("trace_path")
+    trace = spec.trace_path
     if trace:
         prof.export_chrome_trace(str(trace))
     summary = summarize([_plain(e) for e in prof.events()], wall_s, steps, device.type)

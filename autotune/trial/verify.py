@@ -23,7 +23,6 @@ from .guard import die_with_driver  # noqa: E402
 if __name__ == "__main__":
     die_with_driver()
 
-import json  # noqa: E402
 import math  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
@@ -40,7 +39,8 @@ import autotune  # noqa: E402
 from ..config import Config  # noqa: E402
 from ..errors import WorkloadError  # noqa: E402
 from ..measurement import FAILED, NAN, OK, OOM, TOKENS  # noqa: E402
-from .build import load  # noqa: E402
+from ..trial_spec import TrialSpec  # noqa: E402
+from .build import load, stored_lengths  # noqa: E402
 from .clock import StepClock, spread  # noqa: E402
 from .loop import counts_tokens, window_rates, write_json  # noqa: E402
 from .main import failure_reason, is_oom  # noqa: E402
@@ -78,37 +78,31 @@ class Epochs:
                 self._batches = None
 
 
-def _lengths(spec: dict[str, Any]) -> list[int] | None:
-    """The samples' lengths the study's probe stored, if this machine can read them."""
-    path = spec.get("lengths_path")
-    try:
-        return json.loads(Path(path).read_text()) if path else None
-    except (OSError, ValueError):
-        return None
-
-
-def run(spec: dict[str, Any], started: float) -> dict[str, Any]:
-    """Build through ``autotune.apply_workload``, warm up, time ``spec["steps"]`` steps.
+def run(spec: TrialSpec, started: float) -> dict[str, Any]:
+    """Build through ``autotune.apply_workload``, warm up, time the spec's
+    ``measured_steps`` steps.
 
     Returns the payload of the result file; exceptions propagate.
     """
-    config = Config.from_dict(spec["config"])
+    config = spec.config
+    if config is None:
+        raise WorkloadError("a verify run needs a config")
     workload = load(spec)
     if workload.native is not None:  # a Trainer's or Lightning pair's own loop
         return run_native(spec, started, config, workload)
-    endless = bool(spec.get("endless", False))
+    endless = spec.endless
     applied = autotune.apply_workload(
         config,
         workload,
-        device=spec.get("device", "auto"),
-        seed=int(spec.get("seed", 0)),
+        device=spec.device,
+        seed=spec.seed,
         endless=endless,
-        lengths=_lengths(spec) if workload.tokens is not None else None,
+        lengths=stored_lengths(spec) if workload.tokens is not None else None,
     )
     batches: Iterator[Any] = iter(applied.loader) if endless else Epochs(applied.loader)
     startup_s = time.perf_counter() - started
     losses: list[torch.Tensor] = []
-    warmup_steps, steps = int(spec["warmup_steps"]), int(spec["steps"])
+    warmup_steps, steps = spec.warmup_steps, spec.measured_steps
 
     warmup = StepClock(applied.device)
     warmup.start()
@@ -155,9 +149,7 @@ def run(spec: dict[str, Any], started: float) -> dict[str, Any]:
     return payload
 
 
-def run_native(
-    spec: dict[str, Any], started: float, config: Config, workload: Any
-) -> dict[str, Any]:
+def run_native(spec: TrialSpec, started: float, config: Config, workload: Any) -> dict[str, Any]:
     """The verify run of a workload from a Trainer or a Lightning pair: the framework's
     own loop (``Trainer.train()``, ``Trainer.fit()``), its sampler and epochs included,
     timed as a trial is (:func:`autotune.trial.native.measure_native`)."""
@@ -166,11 +158,10 @@ def run_native(
     from .native import measure_native
 
     set_threads(config)
-    device = resolve_device(spec.get("device", "auto"))
-    warmup_steps, steps = int(spec["warmup_steps"]), int(spec["steps"])
-    trial = {"warmup_steps": warmup_steps, "measured_steps": steps}
-    lengths = _lengths(spec) if workload.tokens is not None else None
-    m = measure_native(Prepared(config, trial, device, workload), started=started, lengths=lengths)
+    device = resolve_device(spec.device)
+    warmup_steps, steps = spec.warmup_steps, spec.measured_steps
+    lengths = stored_lengths(spec) if workload.tokens is not None else None
+    m = measure_native(Prepared(config, spec, device, workload), started=started, lengths=lengths)
     return {
         "status": m.status,
         "reason": m.reason,
@@ -197,7 +188,7 @@ def run_native(
 def main(argv: list[str], *, started: float) -> None:
     """Run the spec at ``argv[0]``, write the result to ``argv[1]``, exit the process."""
     spec_path, result_path = Path(argv[0]), Path(argv[1])
-    spec = json.loads(spec_path.read_text())
+    spec = TrialSpec.read(spec_path)  # the one reading of the spec
     try:
         payload = run(spec, started)
     except Exception as exc:  # the run's failure is data, reported to the driver

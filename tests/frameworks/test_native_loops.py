@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -226,20 +227,19 @@ def test_a_verify_run_trains_in_the_trainers_own_loop(tmp_path):
     """A run of ``autotune verify`` (``python -m autotune.trial.verify``), as the driver
     starts it for each round: the Trainer's own loop, for the verify's steps."""
     from autotune.study.verify import run_child
+    from autotune.trial_spec import trial_spec
 
     record = tmp_path / "record.json"
     space = load_space(_space(tmp_path, "make_trainer", {"record": str(record), "n": 128}))
-    spec = {
-        "workload": space.workload,
-        "workload_args": space.workload_args,
-        "base_dir": str(space.base_dir),
-        "device": "cpu",
-        "seed": 0,
-        "warmup_steps": WARMUP,
-        "steps": 2 * MEASURED,
-        "endless": False,
-        "config": {**space.baseline.to_dict(), "batch_size": 16, "accumulation_steps": 2},
-    }
+    spec = trial_spec(
+        space,
+        "verify",
+        replace(space.baseline, batch_size=16, accumulation_steps=2),
+        device="cpu",
+        seed=0,
+        warmup_steps=WARMUP,
+        measured_steps=2 * MEASURED,
+    )
     payload = run_child(spec, tmp_path / "run", 180)
     assert payload["status"] == "ok", payload.get("reason")
     assert payload["loop"] == "transformers" and payload["steps"] == 2 * MEASURED

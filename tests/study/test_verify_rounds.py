@@ -21,6 +21,7 @@ from autotune.output.verify_view import verification_lines
 from autotune.results import BASELINE, TrialRecord, TuneResult
 from autotune.space import Space, TrialSettings
 from autotune.study.verify import RECOMMENDED, verify_result
+from autotune.trial_spec import TrialSpec
 
 SPACE = Space(
     workload="tests/workloads.py:tiny",
@@ -50,20 +51,20 @@ class FakeRun:
         self.compile_s = compile_s or {}  # seconds a batch size's warm-up spends compiling
         self.calls: list[tuple[dict, Path, float]] = []
 
-    def __call__(self, spec: dict, folder: Path, timeout_s: float, cap: int | None) -> dict:
+    def __call__(self, spec: TrialSpec, folder: Path, timeout_s: float, cap: int | None) -> dict:
         self.calls.append((spec, folder, timeout_s))
-        rate = self.rates[spec["config"]["batch_size"]].pop(0)
+        rate = self.rates[spec.config.batch_size].pop(0)
         if rate is None:
             return {"status": "failed", "reason": "RuntimeError: boom"}
-        steps = spec["steps"]
+        steps = spec.measured_steps
         return {
             "status": "ok",
             "samples_per_s": rate,
             "tokens_per_s": None,
             "steps": steps,
             "window_s": steps * 32 / rate,
-            "warmup_steps": spec["warmup_steps"],
-            "warmup_s": 32 / rate + self.compile_s.get(spec["config"]["batch_size"], 0.0),
+            "warmup_steps": spec.warmup_steps,
+            "warmup_s": 32 / rate + self.compile_s.get(spec.config.batch_size, 0.0),
             "wall_s": 1.0,
         }
 
@@ -80,7 +81,7 @@ def test_rounds_alternate_and_the_error_is_observed_over_predicted(tmp_path):
         (3, "baseline"),
         (3, "recommended"),
     ]
-    assert [spec["steps"] for spec, _, _ in fake.calls] == [20] * 6  # 5x the 4 measured steps
+    assert [spec.measured_steps for spec, _, _ in fake.calls] == [20] * 6  # 5x the 4 measured steps
     assert [timeout for _, _, timeout in fake.calls] == [150] * 6  # 5x the trial's 30 s
     ratios = [2.6, 270.0 / 110.0, 230.0 / 90.0]
     assert [ratio for _, ratio in v.ratios()] == pytest.approx(ratios)

@@ -193,13 +193,17 @@ def test_recompiles_are_counted_and_the_recompile_limit_fails_the_trial(
     from autotune.trial.build import build
     from autotune.trial.loop import measure
     from autotune.trial.main import failure_reason
+    from autotune.trial_spec import TrialSpec
 
-    spec = {
-        "workload": f"{WORKLOADS}:texts",
-        "device": "cpu",
-        "config": Config(batch_size=8, compile_mode="default", compile_dynamic="false").to_dict(),
-        "trial": {"warmup_steps": 1, "measured_steps": 3, "seed": 0, "longest_batch": False},
-    }
+    spec = TrialSpec(
+        mode="trial",
+        workload=f"{WORKLOADS}:texts",
+        device="cpu",
+        config=Config(batch_size=8, compile_mode="default", compile_dynamic="false"),
+        warmup_steps=1,
+        measured_steps=3,
+        longest_batch=False,
+    )
     m = measure(build(spec), started=time.perf_counter())
     assert m.graphs and m.recompiles and m.recompiles >= 2  # a new length, a new graph
     # The recompiles' time left the window: each recompile in it cost 1.5 s or more (the
