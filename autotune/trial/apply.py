@@ -599,11 +599,41 @@ def apply(
     """
     if not isinstance(config, Config):
         config = Config.from_dict(dict(config))
+    device = _process_settings(config, device)
+    model, opt = _training_model(config, model, device, optimizer, blocks, checkpointing)
+    loader = make_loader(
+        dataset,
+        config,
+        seed=seed,
+        collate_fn=collate_fn,
+        endless=endless,
+        tokens=tokens,
+        lengths=lengths,
+    )
+    return _applied(config, device, model, opt, loader, loss, tokens, count_tokens)
+
+
+def _process_settings(config: Config, device: str | torch.device) -> torch.device:
+    """The process-wide knobs (threads, cuDNN's autotuner, the fp32 matmul precision);
+    the device ``device`` names."""
     set_threads(config)
     device = resolve_device(device) if isinstance(device, str) else device
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = config.cudnn_benchmark
     torch.set_float32_matmul_precision(config.matmul_precision)
+    return device
+
+
+def _training_model(
+    config: Config,
+    model: torch.nn.Module,
+    device: torch.device,
+    optimizer: torch.optim.Optimizer | Callable[[Any], torch.optim.Optimizer] | None,
+    blocks: Sequence[torch.nn.Module] | None,
+    checkpointing: Callable[[torch.nn.Module], None] | None,
+) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    """The model as ``config`` trains it (on the device, its memory format, checkpointed,
+    sharded or wrapped for DDP, compiled) and its optimizer, built after sharding."""
     model = model.to(device)
     if config.channels_last:
         model = model.to(memory_format=torch.channels_last)
@@ -628,17 +658,22 @@ def apply(
     opt = rebuild_optimizer(_build_optimizer(optimizer, model), config.optimizer_impl)
     if config.world_size > 1 and config.fsdp == "off":
         model = wrap_ddp(model, config, device)
-    model = compile_model(model, config)
+    return compile_model(model, config), opt
+
+
+def _applied(
+    config: Config,
+    device: torch.device,
+    model: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    loader: DataLoader,
+    loss: Callable[[Any, Any], torch.Tensor],
+    tokens: Tokens | None,
+    count_tokens: Callable[[Any], int] | None,
+) -> Applied:
+    """The set-up loop: the fp16 grad scaler, how real tokens are counted, how the step
+    weighs its micro-batches' losses."""
     scaler = torch.amp.GradScaler(device.type) if config.amp_dtype == "fp16" else None
-    loader = make_loader(
-        dataset,
-        config,
-        seed=seed,
-        collate_fn=collate_fn,
-        endless=endless,
-        tokens=tokens,
-        lengths=lengths,
-    )
     if count_tokens is None and config.packing == "packed":  # the EOS separators are not data
         count_tokens = CountWithout(tokens.eos_id)
     return Applied(

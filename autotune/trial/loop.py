@@ -13,6 +13,7 @@ import math
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,141 +39,253 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
     untimed forward and backward of the dataset's longest samples runs between warm-up
     and window (``trial.longest_batch``), so the peak memory covers the longest batch.
     """
-    config, spec, device = built.config, built.spec, built.device
-    workload, applied, batches = built.workload, built.applied, built.batches
     startup_s = time.perf_counter() - started
-    reset_peak_memory(device)
-    compiles = Compiles(config.compile_mode != "off")
-
+    compiles = Compiles(built.config.compile_mode != "off")
     losses: list[torch.Tensor] = []
-    warmup = StepClock(device)
-    warmup.start()
+    warm = _warm_up(built, compiles, losses)
+    window = _time_window(built, compiles, warm, losses, progress_path)
+    m = _measurement(built, compiles, warm, window, torch.stack(losses), startup_s)
+    return with_finite_losses(m)
+
+
+@dataclass
+class _WarmUp:
+    """The untimed steps before the window: their clock and count, the memory peaks
+    (after the warm-up; after the longest batch's step, when one ran), and the longest
+    batch's length and seconds."""
+
+    clock: StepClock
+    steps: int
+    peaks: list[dict[str, Any]]
+    longest: int | None = None
+    longest_s: float | None = None
+
+
+def _warm_up(built: Built, compiles: Compiles, losses: list[torch.Tensor]) -> _WarmUp:
+    """The warm-up steps, untimed (compile happens there), then for a token workload one
+    step of the dataset's longest samples (``longest_batch``); the peak memory is reset
+    for the window."""
+    spec, device, applied = built.spec, built.device, built.applied
+    reset_peak_memory(device)
+    clock = StepClock(device)
+    clock.start()
     for i in range(spec.warmup_steps):
-        losses.append(applied.train_step(batches))
+        losses.append(applied.train_step(built.batches))
         if i == 0:
             compiles.first_step_done()
-    warmup.stop()
-    peaks = [peak_memory(device)]
-    longest, longest_s = None, None
-    if workload.tokens is not None and spec.longest_batch:
+    clock.stop()
+    warm = _WarmUp(clock, spec.warmup_steps, [peak_memory(device)])
+    if built.workload.tokens is not None and spec.longest_batch:
         reset_peak_memory(device)
         began = time.perf_counter()
-        longest = _longest_batch_step(built)
-        peaks.append(peak_memory(device))
+        warm.longest = _longest_batch_step(built)
+        warm.peaks.append(peak_memory(device))
         if device.type == "cuda":  # its kernels are queued: its time is until they finish
             torch.cuda.synchronize(device)
-        longest_s = time.perf_counter() - began
-    if spec.warmup_steps == 0:
+        warm.longest_s = time.perf_counter() - began
+    if warm.steps == 0:
         compiles.first_step_done()
     reset_peak_memory(device)
+    return warm
 
-    tokens_before, positions_before = applied.real_tokens, applied.positions
-    padding_before = applied.padding
-    waited_before = applied.data_wait_s
-    counted = counts_tokens(workload)
-    before_window = compiles.spent_s()
-    progress = Progress(
-        progress_path if RANK == 0 else None,
-        warmup.window_s,
-        before_window if compiles.enabled else (None if config.jit != "off" else 0.0),
-        config.global_batch,
-        (lambda: applied.real_tokens - tokens_before) if counted else None,
-        (lambda: compiles.spent_s() - before_window) if compiles.enabled else None,
-    )
+
+@dataclass(frozen=True)
+class _Counts:
+    """The running counts of an :class:`Applied` that a window takes the difference of."""
+
+    real: float  # real tokens
+    positions: int  # token positions, padding included
+    padding: int
+    waited_s: float  # the step's wait on the loader
+
+    @classmethod
+    def of(cls, applied: Any) -> _Counts:
+        return cls(applied.real_tokens, applied.positions, applied.padding, applied.data_wait_s)
+
+    def since(self, before: _Counts) -> _Counts:
+        return _Counts(
+            self.real - before.real,
+            self.positions - before.positions,
+            self.padding - before.padding,
+            self.waited_s - before.waited_s,
+        )
+
+
+@dataclass
+class _Window:
+    """The timed window: its clock and steps, each step's cumulative padded positions,
+    the batches' arrivals and the loader's queue at both ends, the counts taken over it,
+    the recompiles' seconds inside it, its telemetry and its memory peak."""
+
+    clock: StepClock
+    steps: int
+    step_positions: list[int]
+    arrivals: _Arrivals
+    queued: tuple[int | None, int | None]
+    counts: _Counts
+    recompile_s: float
+    telemetry: Any
+    peak: dict[str, Any]
+
+
+def _time_window(
+    built: Built,
+    compiles: Compiles,
+    warm: _WarmUp,
+    losses: list[torch.Tensor],
+    progress_path: str | None,
+) -> _Window:
+    """The measured steps, timed, their progress written for the pruner."""
+    applied, batches, device = built.applied, built.batches, built.device
+    before = _Counts.of(applied)
+    compiled_before = compiles.spent_s()
+    progress = _progress(built, compiles, warm, progress_path, before.real, compiled_before)
     queued_before = ready_batches(batches)
     arrivals = _Arrivals(batches, counted=queued_before is not None)
     step_positions = [applied.positions]
     clock = StepClock(device)
     telemetry = open_window(device)  # NVML, /proc and RAPL over the window: docs/energy.md
     clock.start()
-    for _ in range(spec.measured_steps):
+    steps = built.spec.measured_steps
+    for _ in range(steps):
         losses.append(applied.train_step(arrivals))
         clock.mark()
         step_positions.append(applied.positions)
         progress.update(clock)
     clock.stop()
     telemetry.close()
-    queued_after = ready_batches(batches)
-    peaks.append(peak_memory(device))
-
-    stacked = torch.stack(losses)
+    queued = (queued_before, ready_batches(batches))
     # A recompile in the window (a new batch length) is a one-off cost like the first
     # compile: taken out of the steady-state window, added to compile_s.
-    recompile_in_window_s = compiles.spent_s() - before_window
-    if recompile_in_window_s >= clock.window_s:  # cannot be: keep the window as measured
-        recompile_in_window_s = 0.0
-    window_s = clock.window_s - recompile_in_window_s
-    warmup_s = warmup.window_s
-    scale = _epoch_scale(built, clock.step_times_s(), step_positions)
-    # Peaks are the largest of the three phases; counters (allocator retries) are cumulative.
+    recompile_s = compiles.spent_s() - compiled_before
+    if recompile_s >= clock.window_s:  # cannot be: keep the window as measured
+        recompile_s = 0.0
+    counts = _Counts.of(applied).since(before)
+    peak = peak_memory(device)
+    return _Window(
+        clock, steps, step_positions, arrivals, queued, counts, recompile_s, telemetry, peak
+    )
+
+
+def _progress(
+    built: Built,
+    compiles: Compiles,
+    warm: _WarmUp,
+    progress_path: str | None,
+    tokens_before: float,
+    compiled_before: float,
+) -> Progress:
+    """The window's progress report (rank 0's): the warm-up's seconds, the compile's
+    (``None`` for TorchScript: the pruner estimates it from the warm-up), tokens so far."""
+    applied, config = built.applied, built.config
+    compile_s: float | None = 0.0
+    if compiles.enabled:
+        compile_s = compiled_before
+    elif config.jit != "off":
+        compile_s = None
+    counted = counts_tokens(built.workload)
+    return Progress(
+        progress_path if RANK == 0 else None,
+        warm.clock.window_s,
+        compile_s,
+        config.global_batch,
+        (lambda: applied.real_tokens - tokens_before) if counted else None,
+        (lambda: compiles.spent_s() - compiled_before) if compiles.enabled else None,
+    )
+
+
+@dataclass(frozen=True)
+class _Pace:
+    """What the loader made in the window (:func:`window_drain`, :func:`loader_paced`):
+    the share of the window's micro-batches it produced, the seconds the rates divide by."""
+
+    produced: float
+    rated_s: float
+    drained: int | None
+    paced: tuple[int, float] | None
+
+
+def _pace(built: Built, window: _Window, window_s: float) -> _Pace:
+    micro = window.steps * built.config.accumulation_steps
+    drained = window_drain(*window.queued, micro)
+    produced = (micro - (drained or 0)) / micro  # of the window's micro-batches
+    paced = None
+    if window.recompile_s == 0.0:
+        paced = loader_paced(window.arrivals.times, built.applied.loader.num_workers, micro)
+    if paced is not None:  # the loader's pace between two waits on its empty queue
+        return _Pace(1.0, micro * paced[1] / paced[0], drained, paced)
+    return _Pace(produced, window_s, drained, None)
+
+
+def _peaks(peaks: list[dict[str, Any]]) -> dict[str, Any]:
+    """Peaks are the largest of the phases; counters (allocator retries) are cumulative."""
     memory = dict(peaks[-1])
     for key in ("peak_mem_bytes", "peak_allocated_bytes"):
         if key in memory:
             memory[key] = max(p[key] for p in peaks)
-    steps = spec.measured_steps
-    micro = steps * config.accumulation_steps
-    drained = window_drain(queued_before, queued_after, micro)
-    produced = (micro - (drained or 0)) / micro  # of the window's micro-batches
-    paced = None
-    if recompile_in_window_s == 0.0:
-        paced = loader_paced(arrivals.times, applied.loader.num_workers, micro)
-    rated_s = window_s  # what the rates divide by
-    if paced is not None:  # the loader's pace between two waits on its empty queue
-        rated_s, produced = micro * paced[1] / paced[0], 1.0
-    waited = applied.data_wait_s - waited_before
-    data_share = min(1.0, waited / clock.window_s) if clock.window_s > 0 else None
-    real = (applied.real_tokens - tokens_before) * produced
-    positions = applied.positions - positions_before
-    padding = applied.padding - padding_before
-    if WORLD > 1:  # global view: mean loss, slowest rank's window, largest memory peak
-        stacked, (window_s, rated_s, warmup_s), memory["peak_mem_bytes"], counts = _reduce_ranks(
-            stacked,
-            [window_s, rated_s, warmup_s],
-            memory["peak_mem_bytes"],
-            [real, positions, padding],
-            device,
+    return memory
+
+
+def _measurement(
+    built: Built,
+    compiles: Compiles,
+    warm: _WarmUp,
+    window: _Window,
+    losses: torch.Tensor,
+    startup_s: float,
+) -> Measurement:
+    """The trial's measurement from its warm-up and window: rates over the loader's
+    pace and, for a token workload, scaled to the epoch's mean step; under DDP the
+    global view (mean loss, slowest rank's window, largest memory peak)."""
+    config, workload, steps = built.config, built.workload, window.steps
+    window_s, warmup_s = window.clock.window_s - window.recompile_s, warm.clock.window_s
+    memory = _peaks([*warm.peaks, window.peak])
+    pace = _pace(built, window, window_s)
+    rated_s, c = pace.rated_s, window.counts
+    counts = [c.real * pace.produced, c.positions, c.padding]
+    if WORLD > 1:
+        losses, (window_s, rated_s, warmup_s), memory["peak_mem_bytes"], counts = _reduce_ranks(
+            losses, [window_s, rated_s, warmup_s], memory["peak_mem_bytes"], counts, built.device
         )
-        real, positions, padding = counts
-    values = [float(x) for x in stacked.cpu().tolist()]
-    per_step = config.global_batch  # samples of all ranks
-    samples_per_s, tokens_per_s = window_rates(workload, steps * per_step * produced, real, rated_s)
+    real, positions, padding = counts
+    samples = steps * config.global_batch * pace.produced  # of all ranks
+    samples_per_s, tokens_per_s = window_rates(workload, samples, real, rated_s)
+    scale = _epoch_scale(built, window.clock.step_times_s(), window.step_positions)
     window_rate = None
     if scale is not None:  # the epoch's mean step, anchored to the window's time
         window_rate = tokens_per_s
-        real = steps * scale.real_per_step * produced * WORLD
-        samples_per_s, tokens_per_s = window_rates(
-            workload, steps * per_step * produced, real, rated_s * scale.time
-        )
-    m = Measurement(
+        real = steps * scale.real_per_step * pace.produced * WORLD
+        samples_per_s, tokens_per_s = window_rates(workload, samples, real, rated_s * scale.time)
+    clock_s = window.clock.window_s
+    return Measurement(
         status=OK,
         samples_per_s=samples_per_s,
         tokens_per_s=tokens_per_s,
-        samples_per_step=per_step,
+        samples_per_step=config.global_batch,
         unit=TOKENS if workload.tokens is not None else "samples",
-        tokens_per_step=real / (steps * produced) if counted else None,
+        tokens_per_step=real / (steps * pace.produced) if counts_tokens(workload) else None,
         padding_share=padding / positions if positions else None,
-        data_share=data_share,
-        queue_drained=drained,
-        paced_batches=paced[0] if paced is not None else None,
-        paced_s=paced[1] if paced is not None else None,
+        data_share=min(1.0, c.waited_s / clock_s) if clock_s > 0 else None,
+        queue_drained=pace.drained,
+        paced_batches=pace.paced[0] if pace.paced is not None else None,
+        paced_s=pace.paced[1] if pace.paced is not None else None,
         epoch_scale=scale.time if scale is not None else None,
         window_rate=window_rate,
-        peak_longest_bytes=peaks[1]["peak_mem_bytes"] if longest is not None else None,
-        longest_batch_tokens=longest,
-        longest_s=longest_s,
+        peak_longest_bytes=warm.peaks[1]["peak_mem_bytes"] if warm.longest is not None else None,
+        longest_batch_tokens=warm.longest,
+        longest_s=warm.longest_s,
         measured_steps=steps,
         window_s=window_s,
         warmup_s=warmup_s,
-        compile_s=compile_seconds(compiles, config, warmup_s, spec.warmup_steps, window_s / steps),
+        compile_s=compile_seconds(compiles, config, warmup_s, warm.steps, window_s / steps),
         startup_s=startup_s,
-        skipped_steps=applied.skipped_steps,
-        losses=values,
+        skipped_steps=built.applied.skipped_steps,
+        losses=[float(x) for x in losses.cpu().tolist()],
         **compiles.summary(),
-        **spread(clock.step_times_s()),
+        **spread(window.clock.step_times_s()),
         **memory,
-        **telemetry.fields(samples_per_s, tokens_per_s, WORLD),
+        **window.telemetry.fields(samples_per_s, tokens_per_s, WORLD),
     )
-    return with_finite_losses(m)
 
 
 def with_finite_losses(m: Measurement) -> Measurement:
