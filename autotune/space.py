@@ -75,6 +75,11 @@ class TrialSettings:
 
     warmup_steps: int = 3
     measured_steps: int = 10
+    # The window (and the warm-up after its first step) go on past their steps until they
+    # have taken this long, so that a fast step is timed over a window long enough to
+    # measure; at most trial_spec.MAX_STEPS_FACTOR times their steps. 0: off.
+    min_window_s: float = 1.5
+    min_warmup_s: float = 0.5
     timeout_s: float = 300.0
     planned_steps: int | None = None  # length of the real run; amortises compile time
     seed: int = 0

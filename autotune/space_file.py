@@ -469,6 +469,8 @@ def _parse_trial(trial_raw: Any, problems: list[str]) -> tuple[TrialSettings, li
         problems,
         warmup_steps=_int_at_least(0),
         measured_steps=_int_at_least(2),
+        min_window_s=_number_at_least(0),
+        min_warmup_s=_number_at_least(0),
         timeout_s=_positive_number(),
         planned_steps=_int_at_least(1, optional=True),
         planned_samples=_int_at_least(1, optional=True),

@@ -11,6 +11,7 @@ A value module: neither torch nor optuna.
 from __future__ import annotations
 
 import json
+import math
 import signal
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
@@ -129,6 +130,33 @@ class TrialSpec:
         return cls.from_dict(json.loads(Path(path).read_text()))
 
 
+def steps_to_run(done: int, elapsed_s: float, min_steps: int, min_s: float) -> int:
+    """The steps a phase of at least ``min_steps`` steps and ``min_s`` seconds runs, having
+    run ``done`` steps in ``elapsed_s`` seconds: ``done`` once both are covered, else an
+    estimate from the pace so far (the phase asks again when it gets there); never more
+    than :data:`MAX_STEPS_FACTOR` times ``min_steps`` (at least one step's worth).
+
+    The trial's loop extends its warm-up and window with it, and the pruner predicts a
+    window's length with it (:mod:`autotune.study.pruning`)."""
+    cap = max(min_steps, 1) * MAX_STEPS_FACTOR
+    if done < min_steps:
+        return min_steps
+    if elapsed_s >= min_s or done >= cap:
+        return done
+    if done == 0 or elapsed_s <= 0:
+        return done + 1
+    return min(cap, max(done + 1, math.ceil(done * min_s / elapsed_s)))
+
+
+def window_steps(measured_steps: int, min_window_s: float, step_s: float) -> int:
+    """The steps a window of ``measured_steps`` steps and ``min_window_s`` seconds takes
+    at ``step_s`` seconds a step (as :func:`steps_to_run` extends it)."""
+    if min_window_s <= 0 or step_s <= 0:
+        return measured_steps
+    cap = max(measured_steps, 1) * MAX_STEPS_FACTOR
+    return max(measured_steps, min(cap, math.ceil(min_window_s / step_s)))
+
+
 def trial_spec(space: Space, mode: str, config: Config | None = None, **settings: Any) -> TrialSpec:
     """The spec of a run of ``space``'s workload: its device, seed, steps and window
     times from the space's trial settings, ``settings`` overriding or adding fields (a
@@ -146,6 +174,8 @@ def trial_spec(space: Space, mode: str, config: Config | None = None, **settings
         config=config,
         warmup_steps=trial.warmup_steps,
         measured_steps=trial.measured_steps,
+        min_warmup_s=float(trial.min_warmup_s),
+        min_window_s=float(trial.min_window_s),
         longest_batch=trial.longest_batch,
     )
     return replace(spec, **settings)

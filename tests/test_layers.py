@@ -46,6 +46,7 @@ TOP_LEVEL = {
     "autotune.results": "values",
     "autotune.space": "values",
     "autotune.space_file": "values",
+    "autotune.trial_spec": "values",
     "autotune.workload": "values",
 }
 UNLISTED = "unlisted"

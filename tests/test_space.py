@@ -123,6 +123,14 @@ def test_problems_are_gathered_and_name_file_and_key(write_space):
             "workload: m:f\ntrial: {objective: joules}\n",
             r"trial.objective: must be one of throughput, energy but got 'joules'$",
         ),
+        (
+            "workload: m:f\ntrial: {min_window_s: -1}\n",
+            r"trial.min_window_s: must be a number >= 0 but got -1$",
+        ),
+        (
+            "workload: m:f\ntrial: {min_warmup_s: soon}\n",
+            r"trial.min_warmup_s: must be a number >= 0 but got 'soon'$",
+        ),
     ],
 )
 def test_bad_files_give_one_clear_error(write_space, text, message):

@@ -103,6 +103,17 @@ SPACE = """
 """
 
 
+def test_validate_names_a_bad_window_time_in_one_line(tmp_path, capsys):
+    """The window's minimum time (docs/window.md): a number >= 0, else one line naming
+    the field, exit 1, before anything is built."""
+    path = tmp_path / "space.yaml"
+    path.write_text("workload: m:f\ntrial: {min_window_s: -0.5, min_warmup_s: 0}\n")
+    assert main(["validate", "--no-build", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "trial.min_window_s: must be a number >= 0 but got -0.5" in err
+    assert err.count("\n") == 1 and "Traceback" not in err and "min_warmup_s" not in err
+
+
 def test_validate_builds_in_a_subprocess_and_exits_1_on_a_mistake(tmp_path, capsys):
     """The CLI end to end: the check runs in a trial subprocess (the driver never imports
     the workload); ``--no-build`` checks the file only."""

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..measurement import PRUNED, TOKENS, Measurement, compile_estimate_s
 from ..space import SearchSettings, TrialSettings
+from ..trial_spec import window_steps
 from .scoring import rate_objective
 
 
@@ -33,6 +34,7 @@ class Pruner:
         self.best_value = best_value
         self.trial = trial
         self.margin = search.prune_margin
+        self.prune_after = search.prune_after
         self.min_steps = max(2, math.ceil(search.prune_after * trial.measured_steps))
         self.last: dict[str, Any] | None = None
 
@@ -46,7 +48,14 @@ class Pruner:
         step_s = self._per_step(p) / rate
         if p.get("compile_s") is not None:  # torch's counters (0 for an eager config)
             return rate, p["compile_s"]
-        return rate, compile_estimate_s(p["warmup_s"], self.trial.warmup_steps, step_s)
+        warmup_steps = p.get("warmup_steps", self.trial.warmup_steps)  # the steps it ran
+        return rate, compile_estimate_s(p["warmup_s"], warmup_steps, step_s)
+
+    def _window_steps(self, p: dict[str, Any], step_s: float) -> int:
+        """The steps the trial's window will take at its pace so far: ``measured_steps``,
+        or more to cover its ``min_window_s`` (the trial's rule, :func:`window_steps`)."""
+        min_s = p.get("min_window_s", 0.0)
+        return max(p["steps"], window_steps(self.trial.measured_steps, min_s, step_s))
 
     def __call__(self) -> str | None:
         try:
@@ -55,6 +64,8 @@ class Pruner:
             return None
         if p.get("steps", 0) < self.min_steps or p.get("elapsed_s", 0) <= 0:
             return None
+        if p["elapsed_s"] < self.prune_after * p.get("min_window_s", 0.0):
+            return None  # judged after the same share of a window long in time as in steps
         rate, compile_s = self._estimate(p)
         value = rate_objective(
             rate,
@@ -68,8 +79,9 @@ class Pruner:
             return None
         self.last = p
         unit = p.get("unit", "samples")
+        planned = self._window_steps(p, self._per_step(p) / rate)
         return (
-            f"pruned after {p['steps']}/{self.trial.measured_steps} measured steps: "
+            f"pruned after {p['steps']}/{planned} measured steps: "
             f"~{value:,.1f} {unit}/s cannot beat the best {self.best_value:,.1f} "
             f"by {self.margin:.0%}"
         )
@@ -94,5 +106,5 @@ class Pruner:
             warmup_s=p["warmup_s"],
             compile_s=compile_s or None,  # eager: none
             wall_s=wall_s,
-            pruned_saved_s=(self.trial.measured_steps - p["steps"]) * step_s,
+            pruned_saved_s=(self._window_steps(p, step_s) - p["steps"]) * step_s,
         )

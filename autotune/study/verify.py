@@ -380,6 +380,7 @@ def verify_result(
         space,
         "verify",
         measured_steps=verification.steps,
+        min_window_s=steps_factor * trial.min_window_s,  # as the steps: steps_factor times
         endless=endless,
         lengths_path=str(lengths_path.resolve()) if known else None,
     )

@@ -44,6 +44,13 @@ class StepClock:
             torch.cuda.synchronize()
         self._end_s = time.perf_counter()
 
+    def elapsed_s(self) -> float:
+        """Wall time since :meth:`start`, device work included (on CUDA a sync: for a
+        decision once in a while, not for every step)."""
+        if self.cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter() - self._start_s
+
     def progress(self) -> tuple[int, float]:
         """Steps finished since :meth:`start` and the time they took, without a sync.
 

@@ -21,6 +21,7 @@ import torch
 
 from ..config import Config
 from ..measurement import NAN, OK, TOKENS, Measurement, compile_estimate_s
+from ..trial_spec import TrialSpec, steps_to_run
 from ..workload import Workload
 from .apply import StreamSampler
 from .build import Built
@@ -61,20 +62,71 @@ class _WarmUp:
     longest_s: float | None = None
 
 
+def run_phase(
+    step: Callable[[], None],
+    min_steps: int,
+    min_s: float,
+    elapsed_s: Callable[[], float],
+    device: torch.device,
+) -> int:
+    """Run ``step`` ``min_steps`` times and, with ``min_s``, on until ``elapsed_s()`` is at
+    least ``min_s`` (at most ``MAX_STEPS_FACTOR`` times the steps:
+    :func:`autotune.trial_spec.steps_to_run`); the steps it ran. The time is asked only
+    when the steps are done and at each extension's end, and under DDP the ranks take the
+    largest extension, so that every rank runs the same steps."""
+    done, target = 0, min_steps
+    while True:
+        while done < target:
+            step()
+            done += 1
+        if min_s <= 0:
+            return done
+        target = _agreed(steps_to_run(done, elapsed_s(), min_steps, min_s), device)
+        if target <= done:
+            return done
+
+
+def run_warm_up(step: Callable[[], None], spec: TrialSpec, device: torch.device) -> int:
+    """The warm-up's steps: ``warmup_steps``, on past them until the steps after the first
+    (which holds compile and start-up) took ``min_warmup_s``; the steps it ran. The time
+    extends a warm-up, never makes one: none with ``warmup_steps: 0``."""
+    if spec.warmup_steps <= 0:
+        return 0
+    step()
+    after_first = StepClock(device)
+    after_first.start()
+    rest = spec.warmup_steps - 1
+    return 1 + run_phase(step, rest, spec.min_warmup_s, after_first.elapsed_s, device)
+
+
+def _agreed(steps: int, device: torch.device) -> int:
+    """The most steps any rank asks for (the ranks' collectives need the same count)."""
+    if WORLD == 1:
+        return steps
+    import torch.distributed as dist
+
+    most = torch.tensor([steps], dtype=torch.int64, device=device)
+    dist.all_reduce(most, op=dist.ReduceOp.MAX)
+    return int(most.item())
+
+
 def _warm_up(built: Built, compiles: Compiles, losses: list[torch.Tensor]) -> _WarmUp:
-    """The warm-up steps, untimed (compile happens there), then for a token workload one
-    step of the dataset's longest samples (``longest_batch``); the peak memory is reset
-    for the window."""
+    """The warm-up steps, untimed (compile happens there), on past them until the steps
+    after the first (which holds compile and start-up) took ``min_warmup_s``; then for a
+    token workload one step of the dataset's longest samples (``longest_batch``); the
+    peak memory is reset for the window."""
     spec, device, applied = built.spec, built.device, built.applied
     reset_peak_memory(device)
     clock = StepClock(device)
-    clock.start()
-    for i in range(spec.warmup_steps):
+
+    def step() -> None:
         losses.append(applied.train_step(built.batches))
-        if i == 0:
-            compiles.first_step_done()
+        compiles.first_step_done()  # noted after the first step only
+
+    clock.start()
+    steps = run_warm_up(step, built.spec, device)
     clock.stop()
-    warm = _WarmUp(clock, spec.warmup_steps, [peak_memory(device)])
+    warm = _WarmUp(clock, steps, [peak_memory(device)])
     if built.workload.tokens is not None and spec.longest_batch:
         reset_peak_memory(device)
         began = time.perf_counter()
@@ -144,14 +196,20 @@ def _time_window(
     arrivals = _Arrivals(batches, counted=queued_before is not None)
     step_positions = [applied.positions]
     clock = StepClock(device)
-    telemetry = open_window(device)  # NVML, /proc and RAPL over the window: docs/energy.md
-    clock.start()
-    steps = built.spec.measured_steps
-    for _ in range(steps):
+
+    def step() -> None:
         losses.append(applied.train_step(arrivals))
         clock.mark()
         step_positions.append(applied.positions)
         progress.update(clock)
+
+    def elapsed_s() -> float:  # a recompile's time is taken out of the window: not counted
+        return clock.elapsed_s() - (compiles.spent_s() - compiled_before)
+
+    spec = built.spec
+    telemetry = open_window(device)  # NVML, /proc and RAPL over the window: docs/energy.md
+    clock.start()
+    steps = run_phase(step, spec.measured_steps, spec.min_window_s, elapsed_s, device)
     clock.stop()
     telemetry.close()
     queued = (queued_before, ready_batches(batches))
@@ -191,6 +249,8 @@ def _progress(
         config.global_batch,
         (lambda: applied.real_tokens - tokens_before) if counted else None,
         (lambda: compiles.spent_s() - compiled_before) if compiles.enabled else None,
+        warmup_steps=warm.steps,
+        min_window_s=built.spec.min_window_s,
     )
 
 
@@ -522,10 +582,15 @@ class Progress:
         tokens_so_far: Callable[[], int] | None = None,
         compiling_s: Callable[[], float] | None = None,
         every_s: float = 0.2,
+        *,
+        warmup_steps: int,
+        min_window_s: float,
     ) -> None:
         self.path = Path(path) if path else None
         self.base = {
             "warmup_s": warmup_s,
+            "warmup_steps": warmup_steps,  # run: the warm-up may go on past its steps
+            "min_window_s": min_window_s,  # the window's length in time, when it goes on
             "compile_s": compile_s,  # None: the pruner estimates it from the warm-up
             "samples_per_step": samples_per_step,
             "unit": TOKENS if tokens_so_far else "samples",

@@ -171,6 +171,8 @@ class Window:
             self.config.global_batch,
             (lambda: self.real) if self.counted else None,
             (lambda: self.compiles.spent_s() - self.compile_before_window) if enabled else None,
+            warmup_steps=self.warmup_steps,
+            min_window_s=0.0,  # the framework's max_steps is set ahead: docs/window.md
         )
         self.telemetry = open_window(self.device)  # NVML, /proc, RAPL: docs/energy.md
         self.clock.start()

@@ -42,7 +42,7 @@ from ..measurement import FAILED, NAN, OK, OOM, TOKENS  # noqa: E402
 from ..trial_spec import TrialSpec  # noqa: E402
 from .build import load, stored_lengths  # noqa: E402
 from .clock import StepClock, spread  # noqa: E402
-from .loop import counts_tokens, window_rates, write_json  # noqa: E402
+from .loop import counts_tokens, run_phase, run_warm_up, window_rates, write_json  # noqa: E402
 from .main import failure_reason, is_oom  # noqa: E402
 
 
@@ -102,20 +102,25 @@ def run(spec: TrialSpec, started: float) -> dict[str, Any]:
     batches: Iterator[Any] = iter(applied.loader) if endless else Epochs(applied.loader)
     startup_s = time.perf_counter() - started
     losses: list[torch.Tensor] = []
-    warmup_steps, steps = spec.warmup_steps, spec.measured_steps
+    device = applied.device
 
-    warmup = StepClock(applied.device)
-    warmup.start()
-    for _ in range(warmup_steps):
+    def step() -> None:
         losses.append(applied.train_step(batches))
+
+    warmup = StepClock(device)
+    warmup.start()
+    warmup_steps = run_warm_up(step, spec, device)
     warmup.stop()
 
     tokens_before = applied.real_tokens
-    clock = StepClock(applied.device)
-    clock.start()
-    for _ in range(steps):
-        losses.append(applied.train_step(batches))
+    clock = StepClock(device)
+
+    def timed_step() -> None:
+        step()
         clock.mark()
+
+    clock.start()
+    steps = run_phase(timed_step, spec.measured_steps, spec.min_window_s, clock.elapsed_s, device)
     clock.stop()
 
     window_s = clock.window_s

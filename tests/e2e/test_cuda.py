@@ -25,7 +25,7 @@ CUDA_SPACE = """
     workload: {workloads}:WORKLOAD
     device: cuda
     knobs: {batch_size: [16]}
-    trial: {warmup_steps: 2, measured_steps: 6, timeout_s: 300}
+    trial: {min_window_s: 0, min_warmup_s: 0, warmup_steps: 2, measured_steps: 6, timeout_s: 300}
 """
 
 
@@ -126,7 +126,8 @@ def test_fsdp_over_nccl_shards_and_offloads(write_space, tmp_path):
         workload: {workloads}:deep
         device: cuda
         global_batch: free
-        trial: {warmup_steps: 2, measured_steps: 6, timeout_s: 300}
+        trial: {warmup_steps: 2, measured_steps: 6, timeout_s: 300,
+                min_window_s: 0, min_warmup_s: 0}
     """)
     )
     single = run_trial(space, Config(batch_size=16), tmp_path / "single")

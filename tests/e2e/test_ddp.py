@@ -13,7 +13,8 @@ def _tiny(write_space, steps: int):
         write_space(f"""
         workload: {{workloads}}:tiny
         global_batch: free
-        trial: {{warmup_steps: 1, measured_steps: {steps}, timeout_s: 180}}
+        trial: {{warmup_steps: 1, measured_steps: {steps}, timeout_s: 180,
+                 min_window_s: 0, min_warmup_s: 0}}
     """)
     )
 

@@ -22,7 +22,8 @@ def test_fsdp_trial_reproduces_the_single_process_trajectory(write_space, tmp_pa
         workload: {workloads}:deep
         workload_args: {hidden: 256, depth: 3}
         global_batch: free
-        trial: {warmup_steps: 1, measured_steps: 5, timeout_s: 180}
+        trial: {warmup_steps: 1, measured_steps: 5, timeout_s: 180,
+                min_window_s: 0, min_warmup_s: 0}
     """)
     )
     fsdp = Config(batch_size=8, world_size=2, fsdp="blocks")
@@ -81,7 +82,8 @@ def test_sharding_lowers_the_peak_memory_per_rank(
         workload: {workloads}:deep
         global_batch: free
         limits: {accuracy: off}
-        trial: {warmup_steps: 1, measured_steps: 3, timeout_s: 240}
+        trial: {warmup_steps: 1, measured_steps: 3, timeout_s: 240,
+                min_window_s: 0, min_warmup_s: 0}
     """)
     )
     base = Config(batch_size=8, world_size=2)

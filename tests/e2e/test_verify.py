@@ -21,7 +21,7 @@ VERIFY_SPACE = """
       batch_size: [2, 32]
     baseline: {batch_size: 2}
     global_batch: 32
-    trial: {warmup_steps: 1, measured_steps: 4, timeout_s: 120}
+    trial: {min_window_s: 0, min_warmup_s: 0, warmup_steps: 1, measured_steps: 4, timeout_s: 120}
     budget: {n_trials: 2}
     search: {sampler: grid, confirm_top: 0}
 """

@@ -87,7 +87,8 @@ def state_space(write_space, tmp_path, monkeypatch):
     space = load_space(
         write_space("""
         workload: state_workload.py:workload
-        trial: {warmup_steps: 1, measured_steps: 2, timeout_s: 120}
+        trial: {warmup_steps: 1, measured_steps: 2, timeout_s: 120,
+                min_window_s: 0, min_warmup_s: 0}
     """)
     )
     return space
@@ -127,7 +128,8 @@ def faulty_space(write_space):
         write_space(f"""
         workload: {HERE / "faulty.py"}:hangs_and_aborts
         global_batch: free
-        trial: {{warmup_steps: 1, measured_steps: 2, timeout_s: 15}}
+        trial: {{warmup_steps: 1, measured_steps: 2, timeout_s: 15,
+                 min_window_s: 0, min_warmup_s: 0}}
     """)
     )
 
@@ -172,7 +174,8 @@ def test_a_launcher_that_dies_takes_its_runs_with_it_and_the_next_run_gets_a_new
     space = load_space(
         write_space("""
         workload: {workloads}:tiny
-        trial: {warmup_steps: 1, measured_steps: 2, timeout_s: 120}
+        trial: {warmup_steps: 1, measured_steps: 2, timeout_s: 120,
+                min_window_s: 0, min_warmup_s: 0}
     """)
     )
     first = run_trial(space, Config(batch_size=16), tmp_path / "a")
@@ -198,7 +201,8 @@ def test_launcher_spawn_spawns_each_run(write_space, tmp_path):
     space = load_space(
         write_space("""
         workload: {workloads}:tiny
-        trial: {warmup_steps: 1, measured_steps: 2, timeout_s: 120, launcher: spawn}
+        trial: {warmup_steps: 1, measured_steps: 2, timeout_s: 120, launcher: spawn,
+                min_window_s: 0, min_warmup_s: 0}
     """)
     )
     m = run_trial(space, Config(batch_size=16), tmp_path / "s")
@@ -229,7 +233,8 @@ def test_a_run_that_changes_a_variable_read_at_import_is_spawned(
     space = load_space(
         write_space("""
         workload: {workloads}:tiny
-        trial: {warmup_steps: 1, measured_steps: 2, timeout_s: 120}
+        trial: {warmup_steps: 1, measured_steps: 2, timeout_s: 120,
+                min_window_s: 0, min_warmup_s: 0}
     """)
     )
     first = run_trial(space, Config(batch_size=16), tmp_path / "a")

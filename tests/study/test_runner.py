@@ -13,7 +13,8 @@ def test_one_trial_is_measured_in_a_subprocess(write_space, tmp_path):
         write_space("""
         workload: {workloads}:tiny
         knobs: {batch_size: [16]}
-        trial: {warmup_steps: 2, measured_steps: 6, timeout_s: 120}
+        trial: {warmup_steps: 2, measured_steps: 6, timeout_s: 120,
+                min_window_s: 0, min_warmup_s: 0}
     """)
     )
     m = run_trial(space, Config(batch_size=16, accumulation_steps=2), tmp_path / "t0")
@@ -53,7 +54,7 @@ def test_same_config_and_seed_give_the_same_losses(write_space, tmp_path):
     space = load_space(
         write_space("""
         workload: {workloads}:tiny
-        trial: {warmup_steps: 1, measured_steps: 3}
+        trial: {min_window_s: 0, min_warmup_s: 0, warmup_steps: 1, measured_steps: 3}
     """)
     )
     a = run_trial(space, Config(batch_size=16, accumulation_steps=2), tmp_path / "a")

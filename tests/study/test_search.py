@@ -355,7 +355,8 @@ def test_a_clearly_slower_trial_is_pruned(write_space, tmp_path):
         knobs: {batch_size: [8, 4]}
         baseline: {batch_size: 8}
         global_batch: free
-        trial: {warmup_steps: 2, measured_steps: 600, timeout_s: 120}
+        trial: {warmup_steps: 2, measured_steps: 600, timeout_s: 120,
+                min_window_s: 0, min_warmup_s: 0}
         search: {prune: true, prune_after: 0.3, prune_margin: 0.2, confirm_top: 0, noise_runs: 0}
         budget: {n_trials: 2}
     """)

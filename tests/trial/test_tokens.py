@@ -149,7 +149,8 @@ def test_the_longest_batch_step_puts_a_rare_long_sample_in_the_memory_verdict(
     text = """
         workload: {workloads}:long_tail
         baseline: {batch_size: 8}
-        trial: {warmup_steps: 1, measured_steps: 5, longest_batch: LONGEST}
+        trial: {warmup_steps: 1, measured_steps: 5, longest_batch: LONGEST,
+                min_window_s: 0, min_warmup_s: 0}
     """
     without = load_space(write_space(text.replace("LONGEST", "false"), "a.yaml"))
     with_ = load_space(write_space(text.replace("LONGEST", "true"), "b.yaml"))
