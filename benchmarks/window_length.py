@@ -45,7 +45,8 @@ def _space(steps: int, folder: Path):
         "knobs: {batch_size: [32], num_workers: [0, 2]}\n"
         "baseline: {batch_size: 32}\n"
         "global_batch: 32\n"
-        f"trial: {{warmup_steps: 2, measured_steps: {steps}}}\n"
+        # windows of exactly this many steps: the minimum times off (docs/window.md)
+        f"trial: {{warmup_steps: 2, measured_steps: {steps}, min_window_s: 0, min_warmup_s: 0}}\n"
     )
     return load_space(path)
 

@@ -62,7 +62,8 @@ SECONDS = 0.1
 
 
 def _full_queue(write_space, steps: int):
-    """A data-bound workload (2 workers, SECONDS a batch) whose first step sleeps 1 s."""
+    """A data-bound workload (2 workers, SECONDS a batch) whose first step sleeps 1 s; a
+    warm-up of exactly its step (no minimum time), so the window opens on a full queue."""
     return load_space(
         write_space(f"""
         workload: {{workloads}}:full_queue
@@ -70,7 +71,7 @@ def _full_queue(write_space, steps: int):
         knobs: {{batch_size: [16], num_workers: [0, 2]}}
         baseline: {{batch_size: 16}}
         global_batch: 16
-        trial: {{warmup_steps: 1, measured_steps: {steps}}}
+        trial: {{warmup_steps: 1, measured_steps: {steps}, min_window_s: 0, min_warmup_s: 0}}
     """)
     )
 
