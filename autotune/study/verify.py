@@ -375,15 +375,7 @@ def verify_result(
     make_folder(folder, "out")
     run = run or run_child
     timeout = timeout_s if timeout_s is not None else trial.timeout_s * steps_factor
-    known = lengths_path is not None and lengths_path.is_file()
-    spec = trial_spec(
-        space,
-        "verify",
-        measured_steps=verification.steps,
-        min_window_s=steps_factor * trial.min_window_s,  # as the steps: steps_factor times
-        endless=endless,
-        lengths_path=str(lengths_path.resolve()) if known else None,
-    )
+    spec = _run_spec(space, verification, lengths_path)
     runs: list[VerifyRun] = []
     number = 0
     while _more(verification, number):
@@ -404,6 +396,20 @@ def verify_result(
                 on_run(done, len(runs), 2 * max(rounds, number))
     (folder / "verify.json").write_text(json.dumps(verification.to_dict(), indent=1))
     return verification
+
+
+def _run_spec(space: Space, v: Verification, lengths_path: Path | None) -> TrialSpec:
+    """The spec of a verify run (its config set per run): ``steps_factor`` times the
+    trial's steps and its window's minimum time, after the trial's warm-up."""
+    known = lengths_path is not None and lengths_path.is_file()
+    return trial_spec(
+        space,
+        "verify",
+        measured_steps=v.steps,
+        min_window_s=v.steps_factor * space.trial.min_window_s,
+        endless=v.endless,
+        lengths_path=str(lengths_path.resolve()) if known else None,
+    )
 
 
 def _more(v: Verification, done: int) -> bool:
