@@ -136,8 +136,8 @@ def steps_to_run(done: int, elapsed_s: float, min_steps: int, min_s: float) -> i
     estimate from the pace so far (the phase asks again when it gets there); never more
     than :data:`MAX_STEPS_FACTOR` times ``min_steps`` (at least one step's worth).
 
-    The trial's loop extends its warm-up and window with it, and the pruner predicts a
-    window's length with it (:mod:`autotune.study.pruning`)."""
+    The trial's loop extends its warm-up and window with it (``trial/loop.py``
+    ``run_phase``); the pruner predicts a window's length with :func:`window_steps`."""
     cap = max(min_steps, 1) * MAX_STEPS_FACTOR
     if done < min_steps:
         return min_steps
