@@ -1,7 +1,9 @@
 """A trial's window and warm-up cover a minimum time as well as their steps (docs/window.md).
 
-Real trials of the tiny MLP, whose step takes a few milliseconds: far under the minimum
-times asked here, whatever the machine's speed. The assertions are on what the trial
+Real trials of a workload whose step sleeps 5 ms (micro-batch 4 of ``sleepy``): its 3
+measured steps are far under the minimum times asked here, and its cap (100 x 3 steps)
+far over them, whatever the machine's speed (the bare MLP's step was 0.4 ms on an idle
+machine: the cap, not the time, ended its window). The assertions are on what the trial
 recorded (its window's seconds, its steps), never on how fast it ran.
 """
 
@@ -19,12 +21,13 @@ from autotune.trial_spec import MAX_STEPS_FACTOR, steps_to_run, window_steps
 def _trial(write_space, tmp_path, settings: str):
     space = load_space(
         write_space(f"""
-        workload: {{workloads}}:tiny
-        knobs: {{batch_size: [16]}}
+        workload: {{workloads}}:sleepy
+        knobs: {{batch_size: [4]}}
+        global_batch: free
         trial: {{warmup_steps: 2, measured_steps: 3, timeout_s: 120, {settings}}}
     """)
     )
-    m = run_trial(space, Config(batch_size=16), tmp_path / "t0")
+    m = run_trial(space, Config(batch_size=4), tmp_path / "t0")
     assert m.ok, m.reason
     return m
 
@@ -34,7 +37,7 @@ def test_a_fast_step_window_lasts_the_minimum_time(write_space, tmp_path):
     assert m.window_s >= 0.6, m.window_s
     assert m.measured_steps > 3  # the window went on past its steps to cover the time
     # the rates divide by what ran: every window step, over the window's seconds
-    assert abs(m.samples_per_s - m.measured_steps * 16 / m.window_s) < 1e-6 * m.samples_per_s
+    assert abs(m.samples_per_s - m.measured_steps * 4 / m.window_s) < 1e-6 * m.samples_per_s
     warmup_steps = len(m.losses) - m.measured_steps
     assert warmup_steps > 2 and m.warmup_s >= 0.3  # the warm-up too (after its first step)
 
