@@ -299,6 +299,7 @@ def run_trial(
     )
     if pruner is not None and result.get("status") == PRUNED:
         m = pruner.measurement(result["reason"], result.get("wall_s"))
+        m = m.replace(launcher=result.get("launcher"))  # how it started, as any trial's
     else:
         m = Measurement.from_dict(result)
     return m.replace(compile_cache=cache)
