@@ -136,7 +136,7 @@ PIPE_SPACE = """
     global_batch: 16
     trial: {warmup_steps: 1, measured_steps: 10}
     budget: {n_trials: 3}
-    search: {sampler: grid, confirm_top: 1}
+    search: {sampler: grid, confirm_top: 1, prune: false}  # every line ok: none pruned
 """
 
 
