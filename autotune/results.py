@@ -785,14 +785,7 @@ def recommendation(result: TuneResult) -> dict[str, Any]:
         measured["longest_batch_tokens"] = m.longest_batch_tokens
     if m.recompiles is not None:
         measured["recompiles"] = m.recompiles
-    if m.gpu_proc_mem_max_bytes is not None:  # NVML's figure of the process: what was judged
-        measured["gpu_proc_mem_max_bytes"] = m.gpu_proc_mem_max_bytes
-    for name in ("energy_source", "joules_per_sample", "joules_per_token", "throttled"):
-        if getattr(m, name) is not None:
-            measured[name] = getattr(m, name)
-    if best.throttled_numbers:  # the runs behind its figures that throttled
-        measured["throttled_runs"] = list(best.throttled_numbers)
-        measured["runs"] = best.runs
+    measured.update(_device_figures(best))
     if base is not None:
         measured["baseline_trial"] = base.number
         measured["baseline_objective"] = _figure(base.value, result)
@@ -832,6 +825,20 @@ def recommendation(result: TuneResult) -> dict[str, Any]:
         out["planned_run"] = projection.to_dict()
     out["environment"] = result.environment
     out["study"] = {"name": result.study_name, "storage": result.storage}
+    return out
+
+
+def _device_figures(best: TrialRecord) -> dict[str, Any]:
+    """What the device says of the recommendation's runs: NVML's memory, energy, throttling."""
+    m, out = best.measurement, {}
+    if m.gpu_proc_mem_max_bytes is not None:  # NVML's figure of the process: what was judged
+        out["gpu_proc_mem_max_bytes"] = m.gpu_proc_mem_max_bytes
+    for name in ("energy_source", "joules_per_sample", "joules_per_token", "throttled"):
+        if getattr(m, name) is not None:
+            out[name] = getattr(m, name)
+    if best.throttled_numbers:  # the runs behind its figures that throttled
+        out["throttled_runs"] = list(best.throttled_numbers)
+        out["runs"] = best.runs
     return out
 
 
