@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -110,14 +111,68 @@ def eager_inductor(monkeypatch):
 
 @pytest.fixture
 def write_space(tmp_path):
-    """Write a space file into tmp_path; `{workloads}` expands to the test workloads file."""
+    """Write a space file into tmp_path; `{workloads}` expands to the test workloads file.
+
+    The suite's spaces time their steps, not a minimum time (:func:`quick_windows`), and
+    confirm in their least rounds (:func:`quick_rounds`)."""
 
     def write(text: str, name: str = "space.yaml") -> Path:
         path = tmp_path / name
-        path.write_text(textwrap.dedent(text).replace("{workloads}", str(WORKLOADS)))
+        text = textwrap.dedent(text).replace("{workloads}", str(WORKLOADS))
+        text = quick_rounds(quick_windows(text))
+        path.write_text(text)
         return path
 
     return write
+
+
+QUICK = "min_window_s: 0, min_warmup_s: 0"
+
+
+def quick_rounds(text: str) -> str:
+    """A test space's confirmation runs its ``confirm_rounds`` and no more: a flow-style
+    ``search: {...}`` line that says nothing of ``confirm_max_rounds`` or
+    ``confirm_max_s`` gets ``confirm_max_s: 0.001`` (no time for a round past the least).
+    Tiny workloads leave many decisions unresolved, and up to 8 rounds of every live
+    study would triple the suite; the added rounds are tested on replayed studies
+    (tests/study/test_confirm.py) and in tests/e2e/test_ablation.py, which asks for them."""
+    if "confirm_max" in text:
+        return text
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        found = re.match(r"^(\s*)search: \{(.*)\}(\s*#.*)?$", line)
+        if found:
+            inside = found.group(2).strip()
+            quick = "confirm_max_s: 0.001"
+            lines[i] = f"{found.group(1)}search: {{{quick}{', ' + inside if inside else ''}}}"
+            return "\n".join(lines) + "\n"
+    return text
+
+
+def quick_windows(text: str) -> str:
+    """A test space's windows run their steps only: ``trial.min_window_s`` and
+    ``min_warmup_s`` at 0 where the space says nothing of them. The defaults (a window of
+    at least 1.5 s, a warm-up of 0.5 s) would add 2 s to each of the suite's hundreds of
+    trial processes; tests/trial/test_window.py tests the minimums themselves. Only a
+    flow-style ``trial: {...}`` line is touched, or a ``trial:`` line is added after the
+    ``workload:`` line; a space that sets either minimum is left as written."""
+    if "min_window_s" in text or "min_warmup_s" in text:
+        return text
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        found = re.match(r"^(\s*)trial: \{(.*)\}(\s*#.*)?$", line)
+        if found:
+            inside = found.group(2).strip()
+            lines[i] = f"{found.group(1)}trial: {{{QUICK}{', ' + inside if inside else ''}}}"
+            return "\n".join(lines) + "\n"
+        if re.match(r"^\s*trial:", line):  # a block or another style: as written
+            return text
+    for i, line in enumerate(lines):
+        found = re.match(r"^(\s*)workload:", line)
+        if found:
+            lines.insert(i + 1, f"{found.group(1)}trial: {{{QUICK}}}")
+            return "\n".join(lines) + "\n"
+    return text
 
 
 TINY_SPACE = """

@@ -26,7 +26,7 @@ SPACE = """
     # a 10-step window's neutral ratio ranged 0.96-1.26 here (0.96-1.02 with 40) and a
     # fresh CI machine kept the neutral knob once.
     trial: {warmup_steps: 8, measured_steps: 30, timeout_s: 120}
-    search: {confirm_top: 1, confirm_rounds: 3, prune: false}
+    search: {confirm_top: 1, confirm_rounds: 3, confirm_max_rounds: 8, prune: false}
     budget: {n_trials: 2}
 """
 

@@ -26,7 +26,8 @@ SPACE = """
       gradient_checkpointing: [false, true]
     baseline: {batch_size: 8, zero_grad_set_to_none: false}
     global_batch: 32
-    search: {sampler: grid, confirm_top: 2, confirm_rounds: 3, seed: 0, prune: false, noise_runs: 0}
+    search: {sampler: grid, confirm_top: 2, confirm_rounds: 3, seed: 0, prune: false, noise_runs: 0,
+      confirm_max_rounds: 8}
     budget: {n_trials: 16}
 """
 
@@ -77,7 +78,8 @@ class Drifting(ReplayBackend):
 
 
 def _run(write_space, tmp_path, effects, backend_cls=ReplayBackend, **kw):
-    space = load_space(write_space(SPACE))
+    """A study of SPACE whose confirmation runs its 3 rounds and no more."""
+    space = load_space(write_space(SPACE.replace("confirm_max_rounds: 8", "confirm_max_s: 0.001")))
     backend = backend_cls(_table(effects), **kw)
     result = tune(space, storage="memory", out_dir=tmp_path, backend=backend)
     return space, backend, result
@@ -481,7 +483,7 @@ class RoundByRound(ReplayBackend):
 
 
 def _sequential(write_space, tmp_path, seq, extra=""):
-    text = SPACE.replace("noise_runs: 0}", "noise_runs: 0" + extra + "}")
+    text = SPACE.replace("confirm_max_rounds: 8", extra or "confirm_max_rounds: 8")
     space = load_space(write_space(text))
     backend = RoundByRound(_table(STEADY), seq)
     result = tune(space, storage="memory", out_dir=tmp_path, backend=backend)
@@ -514,7 +516,7 @@ def test_the_rounds_go_on_while_a_knob_is_a_close_call(write_space, tmp_path):
 
 def test_a_knob_still_unresolved_at_the_round_cap_is_dropped_and_said_so(write_space, tmp_path):
     seq = [1.10, 0.99] * 6
-    result, ckpt, _, _ = _sequential(write_space, tmp_path, seq, ", confirm_max_rounds: 5")
+    result, ckpt, _, _ = _sequential(write_space, tmp_path, seq, "confirm_max_rounds: 5")
     assert len(ckpt.ratios) == 5 and ckpt.unresolved and not ckpt.kept
     assert any(n.startswith("unresolved after 5 rounds") for n in result.notes)
     assert not result.best.config.gradient_checkpointing  # the simpler config
@@ -544,7 +546,7 @@ class NoisyBaseline(RoundByRound):
 def test_the_noise_floor_moves_the_keep_threshold(write_space, tmp_path, dip, kept):
     """Checkpointing is worth 8% in every round: kept on a quiet machine (margin 3%,
     search.min_gain), dropped where the baseline moved 12% against itself."""
-    text = SPACE.replace("noise_runs: 0}", "noise_runs: 2}")
+    text = SPACE.replace("noise_runs: 0,", "noise_runs: 2,")
     space = load_space(write_space(text))
     backend = NoisyBaseline(_table(STEADY), [1.08] * 8, dip)
     result = tune(space, storage="memory", out_dir=tmp_path, backend=backend)

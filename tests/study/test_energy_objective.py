@@ -153,8 +153,9 @@ def test_an_energy_study_does_not_prune_on_a_trials_rate(write_space, tmp_path):
     text = """
         workload: {workloads}:tiny
         baseline: {batch_size: 8}
-        trial: {warmup_steps: 1, measured_steps: 600, timeout_s: 120, objective: OBJECTIVE}
-        search: {prune: true, prune_after: 0.03}
+        trial: {warmup_steps: 1, measured_steps: 50, min_window_s: 3, min_warmup_s: 0,
+                timeout_s: 120, objective: OBJECTIVE}
+        search: {prune: true, prune_after: 0.1}
     """
     config = Config(batch_size=8)
     for objective, status in (("throughput", "pruned"), ("energy", "ok")):
