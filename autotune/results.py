@@ -606,12 +606,14 @@ def summarize(trials: list[TrialRecord]) -> list[TrialRecord]:
 
 def baseline_floor(trials: list[TrialRecord]) -> float | None:
     """The study's noise floor (:func:`autotune.decisions.noise_floor`): the spread of
-    the baseline's first run and its back-to-back repeats (run right after it, outside
-    any confirmation round); ``None`` without repeats."""
+    the baseline's back-to-back repeats (run right after it, outside any confirmation
+    round); ``None`` with fewer than 2. Not its first run: a study's first trial runs
+    cold (the launcher's first fork, the data's first read) and was 19-46% slower than
+    its repeats on the 2-core machine, which made the floor a cold start, not noise."""
     base = next((t for t in trials if t.role == BASELINE), None)
     if base is None:
         return None
-    runs = [base] + [
+    runs = [
         t for t in trials if t.role == REPEAT and t.repeat_of == base.number and t.round is None
     ]
     return noise_floor([t.value for t in runs if t.feasible])

@@ -162,8 +162,9 @@ class SearchSettings:
             ``confirm_max_rounds`` and, past the least, ``confirm_max_s`` seconds of the
             confirmation; a decision still unresolved then goes to the simpler config.
         noise_runs: right after the baseline, run it this many more times back to back:
-            their spread is the study's noise floor, the least gain any decision must
-            prove (never below ``min_gain``); 0: the floor is ``min_gain``.
+            their spread (the first, cold run left out) is the study's noise floor, the
+            least gain any decision must prove (never below ``min_gain``); under 2, the
+            floor is ``min_gain``.
         ablate: in the same rounds, measure the winner with each knob that differs from
             the baseline set back to the baseline's value: each knob's contribution. Knobs
             whose contribution is within noise are dropped from the recommendation.
