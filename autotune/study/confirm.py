@@ -319,7 +319,8 @@ class Confirmation:
             )
             names = ", ".join(c.short() for c in configs if c != self.space.baseline)
             self.notes.append(
-                f"unresolved {why}: {names or 'the baseline'}; the simpler config is taken"
+                f"unresolved {why}: {names or 'the baseline'}; each undecided call goes to the "
+                "simpler side (a knob dropped, the reduced config taken, a lead called a tie)"
             )
             return False
         record_rounds(conf, lineup, index + 1)
