@@ -169,7 +169,10 @@ class Search:
         attrs = {"role": REPEAT, "repeat_of": base.number}
         study.enqueue_trial(encode(self.space, base.config), user_attrs=attrs)
         trial = study.ask()
-        if trial.user_attrs.get("repeat_of") != base.number:  # not ours: run it as queued
+        if trial.user_attrs.get("repeat_of") != base.number:
+            # Another worker queued a trial between our check of the queue and our ask:
+            # failed unrun, as a lost claim is in the loop. Rare: only the first worker
+            # makes noise runs, right after the baseline, with nothing queued.
             self.trials.not_run(study, trial)
             return False
         sample(self.space, trial)
