@@ -363,6 +363,13 @@ def _all(*conditions: Callable[..., str | None]) -> Callable[..., str | None]:
 _with_workers = _needs("num_workers", lambda v: v > 0, "> 0")
 _with_compile = _needs("compile_mode", lambda v: v != "off", "other than off")
 _with_fsdp = _needs("fsdp", lambda v: v != "off", "other than off")
+# Where the DDP knobs apply (docs/knobs.md's "applied" column), the same for each.
+_DDP_APPLIED = (
+    "`DistributedDataParallel(...)` arguments; with a static graph every "
+    "micro-batch all-reduces (DDP's `no_sync` fails under one: "
+    "pytorch/pytorch#143580), and the hf and lightning exports leave it out "
+    "when the config accumulates"
+)
 _with_ddp = _all(
     _needs("world_size", lambda v: v > 1, "> 1"), _needs("fsdp", lambda v: v == "off", "off")
 )
@@ -708,12 +715,7 @@ KNOBS: dict[str, Knob] = {
             "DDP gradient bucket size; bigger buckets mean fewer, larger all-reduces",
             minimum=1,
             requires=_with_ddp,
-            applied=(
-                "`DistributedDataParallel(...)` arguments; with a static graph every "
-                "micro-batch all-reduces (DDP's `no_sync` fails under one: "
-                "pytorch/pytorch#143580), and the hf and lightning exports leave it out "
-                "when the config accumulates"
-            ),
+            applied=_DDP_APPLIED,
             needs="need `world_size > 1` and `fsdp: off`",
         ),
         Knob(
@@ -722,12 +724,7 @@ KNOBS: dict[str, Knob] = {
             False,
             "gradients alias DDP's buckets: saves a copy and the memory of one gradient",
             requires=_with_ddp,
-            applied=(
-                "`DistributedDataParallel(...)` arguments; with a static graph every "
-                "micro-batch all-reduces (DDP's `no_sync` fails under one: "
-                "pytorch/pytorch#143580), and the hf and lightning exports leave it out "
-                "when the config accumulates"
-            ),
+            applied=_DDP_APPLIED,
             needs="need `world_size > 1` and `fsdp: off`",
         ),
         Knob(
@@ -736,12 +733,7 @@ KNOBS: dict[str, Knob] = {
             False,
             "promise DDP the graph never changes: enables its static-graph optimisations",
             requires=_with_ddp,
-            applied=(
-                "`DistributedDataParallel(...)` arguments; with a static graph every "
-                "micro-batch all-reduces (DDP's `no_sync` fails under one: "
-                "pytorch/pytorch#143580), and the hf and lightning exports leave it out "
-                "when the config accumulates"
-            ),
+            applied=_DDP_APPLIED,
             needs="need `world_size > 1` and `fsdp: off`",
         ),
         Knob(

@@ -129,6 +129,16 @@ def write_space(tmp_path):
 QUICK = "min_window_s: 0, min_warmup_s: 0"
 
 
+def _into_flow(line: str, section: str, entries: str) -> str | None:
+    """``line`` when it is a flow-style ``section: {...}`` line, with ``entries`` put
+    first inside its braces (a trailing comment dropped); else ``None``."""
+    found = re.match(rf"^(\s*){section}: \{{(.*)\}}(\s*#.*)?$", line)
+    if not found:
+        return None
+    inside = found.group(2).strip()
+    return f"{found.group(1)}{section}: {{{entries}{', ' + inside if inside else ''}}}"
+
+
 def quick_rounds(text: str) -> str:
     """A test space's confirmation runs its ``confirm_rounds`` and no more: a flow-style
     ``search: {...}`` line that says nothing of ``confirm_max_rounds`` or
@@ -140,11 +150,9 @@ def quick_rounds(text: str) -> str:
         return text
     lines = text.splitlines()
     for i, line in enumerate(lines):
-        found = re.match(r"^(\s*)search: \{(.*)\}(\s*#.*)?$", line)
-        if found:
-            inside = found.group(2).strip()
-            quick = "confirm_max_s: 0.001"
-            lines[i] = f"{found.group(1)}search: {{{quick}{', ' + inside if inside else ''}}}"
+        quick = _into_flow(line, "search", "confirm_max_s: 0.001")
+        if quick is not None:
+            lines[i] = quick
             return "\n".join(lines) + "\n"
     return text
 
@@ -160,10 +168,9 @@ def quick_windows(text: str) -> str:
         return text
     lines = text.splitlines()
     for i, line in enumerate(lines):
-        found = re.match(r"^(\s*)trial: \{(.*)\}(\s*#.*)?$", line)
-        if found:
-            inside = found.group(2).strip()
-            lines[i] = f"{found.group(1)}trial: {{{QUICK}{', ' + inside if inside else ''}}}"
+        quick = _into_flow(line, "trial", QUICK)
+        if quick is not None:
+            lines[i] = quick
             return "\n".join(lines) + "\n"
         if re.match(r"^\s*trial:", line):  # a block or another style: as written
             return text
