@@ -185,7 +185,7 @@ class Confirmation:
         lineup = [*anchor, *(t.config for t in top)]
         lineup += self._ablations(conf, top[0])
         study.set_user_attr("confirmation", conf)
-        if not self._rounds(study, conf, lineup):
+        if not self._rounds(study, conf, lineup, top[0]):
             return
         winner = self._pinned(study, conf, "crowned")
         if winner is None or winner.role == BASELINE or not search.ablate:
@@ -193,7 +193,8 @@ class Confirmation:
         if str(winner.number) not in conf["ablations"]:  # the rounds crowned another config
             missing = self._unpaired(study, winner, self._ablations(conf, winner))
             study.set_user_attr("confirmation", conf)
-            if missing and not self._rounds(study, conf, [*anchor, winner.config, *missing]):
+            lineup = [*anchor, winner.config, *missing]
+            if missing and not self._rounds(study, conf, lineup, winner):
                 return
         # The rounds of the new winner's ablations may crown another config again: the
         # one whose contributions are read, and which is reduced, is the final winner.
@@ -212,7 +213,7 @@ class Confirmation:
         config = reduced(self.space, winner.config, self.space.baseline, dropped)
         conf["reduced"][str(winner.number)] = {"knobs": dropped, "key": config.key()}
         study.set_user_attr("confirmation", conf)
-        self._rounds(study, conf, [*anchor, winner.config, config])
+        self._rounds(study, conf, [*anchor, winner.config, config], winner)
 
     def _pinned(self, study: optuna.Study, conf: dict[str, Any], pin: str) -> TrialRecord | None:
         """The winner of the rounds so far, pinned in ``conf["pins"][pin]`` the first time
@@ -268,10 +269,16 @@ class Confirmation:
             min_gain=self.space.search.min_gain,
         )
 
-    def _rounds(self, study: optuna.Study, conf: dict[str, Any], lineup: list[Config]) -> bool:
+    def _rounds(
+        self,
+        study: optuna.Study,
+        conf: dict[str, Any],
+        lineup: list[Config],
+        subject: TrialRecord,
+    ) -> bool:
         """Run ``lineup`` in paired rounds, each in a rotated order: ``search.confirm_rounds``
-        of them, then more while a decision on the lineup's configs is unresolved
-        (:meth:`_undecided`), up to ``search.confirm_max_rounds`` and, past the least
+        of them, then more while a decision of ``subject`` (the winner whose ablations or
+        reduced config the lineup holds) is unresolved (:meth:`_undecided`), up to ``search.confirm_max_rounds`` and, past the least
         rounds, ``search.confirm_max_s`` seconds of the confirmation. A round past the
         least runs the baseline and the configs of the unresolved decisions only. Runs an
         interrupted confirmation already made are not made again. False when the rounds
@@ -289,7 +296,7 @@ class Confirmation:
             if index < search.confirm_rounds:
                 configs = lineup
             else:
-                configs = self._undecided(study, conf, lineup)
+                configs = self._undecided(study, conf, lineup, subject)
                 if not configs or not self._more_rounds(conf, lineup, index, configs):
                     return True
                 study.set_user_attr("confirmation", conf)
@@ -327,13 +334,25 @@ class Confirmation:
         return True
 
     def _undecided(
-        self, study: optuna.Study, conf: dict[str, Any], lineup: list[Config]
+        self,
+        study: optuna.Study,
+        conf: dict[str, Any],
+        lineup: list[Config],
+        subject: TrialRecord,
     ) -> list[Config]:
-        """The configs of ``lineup`` whose decisions are still unresolved
+        """The configs of ``lineup`` whose decisions on ``subject`` are still unresolved
         (:mod:`autotune.decisions`), with the baseline that pairs them; empty when every
-        decision on the lineup's configs is resolved. The decisions: the winner against the
-        baseline and against the runner-up, each ablated knob, the reduced config."""
-        result = self._confirmed(study, conf)
+        such decision is resolved. The decisions: ``subject`` against the baseline and
+        against the runner-up, each of its ablated knobs, its reduced config.
+
+        Read as if ``subject`` had won, whatever the rounds rank first so far: the
+        lineup's ablations are its, so its decisions are the ones these rounds can settle.
+        Reading the current leader's instead left them unresolved whenever another
+        finalist led the first rounds (its ablations are in no round yet), and that
+        subject could still end as the final winner, its knobs decided on 3 rounds
+        (issue 41's reproducibility run, study 5)."""
+        pins = {**conf.get("pins", {}), "final": subject.number}
+        result = self._confirmed(study, {**conf, "pins": pins})
         keys = {c.key() for c in lineup}
         by_key = {c.key(): c for c in lineup}
         winner, runner_up = result.winner, result.runner_up

@@ -557,3 +557,42 @@ def test_the_noise_floor_moves_the_keep_threshold(write_space, tmp_path, dip, ke
     assert result.noise_floor == pytest.approx(floor)
     assert result.margin == pytest.approx(max(0.03, floor))
     assert report_data(result, {})["noise_floor"] == pytest.approx(floor)
+
+
+class LedByAnother(RoundByRound):
+    """As :class:`RoundByRound` (checkpointing worth ``seq[r]`` in round ``r``), and one
+    more config, ``other``: 1.35x its rate in its search run, 1.3x in its next three runs
+    (the first rounds), 0.9x after (its own ablations' rounds)."""
+
+    def __init__(self, table: dict, seq: list[float], other: Config) -> None:
+        super().__init__(table, seq, first=1.3)
+        self.other = other
+
+    def run_trial(self, space, config, folder, best_value=None):
+        m = super().run_trial(space, config, folder, best_value)
+        if config != self.other:
+            return m
+        n = self.calls.count(config)
+        factor = 1.35 if n == 1 else 1.3 if n <= 4 else 0.9
+        return m.replace(samples_per_s=m.samples_per_s * factor)
+
+
+def test_the_search_winners_close_call_gets_its_rounds_while_another_finalist_leads(
+    write_space, tmp_path
+):
+    """The search winner A (with checkpointing, a close call: round 2 disturbed) and the
+    finalist F, which leads the first rounds, is crowned, and falls back in its own
+    ablations' rounds, so A is the final winner. A's checkpointing decision must get the
+    rounds it needs in the first rounds, where its ablation runs; reading only the leader's
+    decisions there (F's ablations are in no round yet) stopped at 3 rounds and dropped
+    checkpointing unresolved."""
+    space = load_space(write_space(SPACE))
+    a = space.config_from({"batch_size": 32, "num_workers": 1, "gradient_checkpointing": True})
+    f = space.config_from({"batch_size": 32, "num_workers": 1, "zero_grad_set_to_none": True})
+    backend = LedByAnother(_table(STEADY), [1.10, 0.99] + [1.10] * 6, f)
+    result = tune(space, storage="memory", out_dir=tmp_path, backend=backend)
+    assert backend.calls.count(f) == 1 + 3 + 3  # search, the first rounds, its own rounds
+    assert result.winner.config == a
+    ckpt = next(c for c in result.contributions if c.knob == "gradient_checkpointing")
+    assert len(ckpt.ratios) == 6 and ckpt.decision.state == "proven" and ckpt.kept
+    assert result.best.config == a
