@@ -230,6 +230,14 @@ class Measurement:
         return dataclasses.replace(self, **changes)
 
 
+def median_of(values: Iterable[float | None]) -> float | None:
+    """The median of a figure over the runs that measured it (``None``: a run that did
+    not), ``None`` when none did. The one median of a share (data wait, padding) over a
+    config's runs: the replay's repeated rows and the screening's baseline use it."""
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
 def fixed_cost(measurements: Iterable[Measurement]) -> tuple[float, float] | None:
     """The median fixed cost of these runs (:attr:`Measurement.fixed_s`: process start,
     imports, device, build, result and exit) and its median share of a run's wall time

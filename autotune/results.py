@@ -610,13 +610,22 @@ def baseline_floor(trials: list[TrialRecord]) -> float | None:
     round); ``None`` with fewer than 2. Not its first run: a study's first trial runs
     cold (the launcher's first fork, the data's first read) and was 19-46% slower than
     its repeats on the 2-core machine, which made the floor a cold start, not noise."""
+    return noise_floor([t.value for t in baseline_runs(trials)[1:]])
+
+
+def baseline_runs(trials: list[TrialRecord]) -> list[TrialRecord]:
+    """The baseline's first run, then its feasible back-to-back repeats (run right after
+    it, outside any confirmation round: ``search.noise_runs``); ``[]`` before the
+    baseline is measured."""
     base = next((t for t in trials if t.role == BASELINE), None)
     if base is None:
-        return None
-    runs = [
-        t for t in trials if t.role == REPEAT and t.repeat_of == base.number and t.round is None
+        return []
+    repeats = [
+        t
+        for t in trials
+        if t.role == REPEAT and t.repeat_of == base.number and t.round is None and t.feasible
     ]
-    return noise_floor([t.value for t in runs if t.feasible])
+    return [base, *repeats]
 
 
 def _paired_ratios(trials: list[TrialRecord], a: TrialRecord, b: TrialRecord) -> tuple[float, ...]:

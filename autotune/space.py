@@ -164,7 +164,8 @@ class SearchSettings:
         noise_runs: right after the baseline, run it this many more times back to back:
             their spread (the first, cold run left out) is the study's noise floor, the
             least gain any decision must prove (never below ``min_gain``); under 2, the
-            floor is ``min_gain``.
+            floor is ``min_gain``. The screening's order reads the median of the
+            baseline's shares over these runs and its first.
         ablate: in the same rounds, measure the winner with each knob that differs from
             the baseline set back to the baseline's value: each knob's contribution. Knobs
             whose contribution is within noise are dropped from the recommendation.
@@ -174,7 +175,7 @@ class SearchSettings:
             its trials, :mod:`autotune.study.memory`) predicts over the memory budget;
             it is recorded as ``predicted-over-memory`` instead of run.
         screening: after the baseline, move one knob per trial, in an order the
-            baseline's measurement sets, before the sampler takes over
+            baseline's median over its runs sets, before the sampler takes over
             (:mod:`autotune.study.screening`); never with the ``grid`` sampler.
     """
 

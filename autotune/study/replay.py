@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import statistics
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import optuna
 
 from ..config import Config
 from ..errors import AutotuneError
-from ..measurement import FAILED, OK, Measurement
+from ..measurement import FAILED, OK, Measurement, median_of
 from ..results import DUPLICATE, REPEAT
 from ..space import Space
 from .reference import REFERENCE_FOLDER
@@ -166,14 +165,9 @@ def _medians(table: dict[str, Any], baseline: Config) -> dict[str, tuple[Config,
         runs.sort(key=lambda m: m.rate)
         m = dataclasses.replace(
             runs[(len(runs) - 1) // 2],
-            data_share=_median_of([r.data_share for r in runs]),
-            padding_share=_median_of([r.padding_share for r in runs]),
+            data_share=median_of([r.data_share for r in runs]),
+            padding_share=median_of([r.padding_share for r in runs]),
         )
         config = Config.from_dict(row["config"])
         out[config.key()] = (config, m)
     return out
-
-
-def _median_of(values: list[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return statistics.median(known) if known else None

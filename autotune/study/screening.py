@@ -12,22 +12,24 @@ seconds) come last and are judged on the best layout found so far, never on a co
 that lost. Then the model-based sampler (TPE) continues with the screening as its
 history (:class:`autotune.study.search.Search`).
 
-The schedule is made once, when the baseline is measured, and kept in the study's user attr
-:data:`ATTR` (order, reasons, and the :class:`Shares` under the key ``profile``); each
+The schedule is made once, when the baseline and its back-to-back repeats are measured
+(``search.noise_runs``), from their median shares (:meth:`Shares.median`), and kept in the
+study's user attr :data:`ATTR` (order, reasons, and the :class:`Shares` under the key
+``profile``); each
 screening trial carries its move in the user attr ``screen`` (``knob=value``), so a
 resumed study, or a worker beside it, goes on with the moves not yet made.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..config import Config
 from ..errors import AutotuneError
 from ..knobs import KNOBS
-from ..measurement import OK, PRUNED, Measurement
+from ..measurement import OK, PRUNED, Measurement, median_of
 from ..mfu import peak_key, peak_keys, peak_name
 from ..results import BASELINE, MOVE, SEARCH, TrialRecord  # noqa: F401 (screening.MOVE)
 from ..space import Space
@@ -61,7 +63,8 @@ LOADER_AND_THREADS = (*LOADER, "num_threads")
 # a training step's throughput, and its cold compile costs more than a trial.
 FAR_BELOW = 0.5
 
-# A rule fires past these shares of the baseline's measurement. The first two are also
+# A rule fires past these shares of the baseline's measurement (the median over its runs:
+# Shares.median). The first two are also
 # where the advice (autotune.output.advice) speaks of padding and data loading: a share s
 # caps what removing it gains at 1/(1-s), 1.25x at 0.20, the bar for both.
 PADDING_SHARE = 0.20  # of the token positions of the window's batches
@@ -74,7 +77,7 @@ TIGHT_MEMORY = 0.8  # peak above it: little headroom, checkpointing first
 
 @dataclass(frozen=True)
 class Shares:
-    """What the baseline's run says about where its time and memory go.
+    """What the baseline's runs say about where its time and memory go.
 
     Attributes:
         padding_share: token positions that were padding (token workloads), or ``None``.
@@ -85,6 +88,7 @@ class Shares:
         precision_gain: the fastest matmul peak among the dtypes the searched knobs
             reach (``bf16``, ``fp32-high``...), as the probe measured it on this
             machine, over the baseline's dtype's; ``precision`` names that dtype.
+        runs: how many runs of the baseline the shares are the medians of.
     """
 
     padding_share: float | None = None
@@ -93,6 +97,7 @@ class Shares:
     fixed_share: float | None = None
     precision_gain: float | None = None
     precision: str | None = None
+    runs: int = 1
 
     @classmethod
     def of(
@@ -111,6 +116,50 @@ class Shares:
             gain, dtype = precision_gain(space, environment)
         return cls(m.padding_share, m.data_share, memory, fixed, gain, dtype)
 
+    @classmethod
+    def median(
+        cls,
+        runs: Sequence[Measurement],
+        memory_budget_bytes: int | None,
+        space: Space | None = None,
+        environment: dict[str, Any] | None = None,
+    ) -> Shares:
+        """The shares of the baseline's ``runs`` (its first run and its back-to-back
+        repeats): the median of each share over the runs that measured it.
+
+        The median, not one run: a rule turns at a threshold, and one run's share moves
+        with the machine. ``cnn_amp_grid``'s baseline waited for data 5.04% of its first
+        run and 4.6% and 3.9% of its two repeats; read from one run, :func:`data_last`
+        (below 5%) fired or not by luck. One disturbed run (a cold first run, a busy
+        neighbour) does not move the median of three. The precision gain is the probe's,
+        the same for every run."""
+        assert runs, "the baseline has no run"
+        each = [cls.of(m, memory_budget_bytes, space, environment) for m in runs]
+        return cls(
+            padding_share=median_of(s.padding_share for s in each),
+            data_share=median_of(s.data_share for s in each),
+            memory_share=median_of(s.memory_share for s in each),
+            fixed_share=median_of(s.fixed_share for s in each),
+            precision_gain=each[0].precision_gain,
+            precision=each[0].precision,
+            runs=len(each),
+        )
+
+    def basis(self) -> str:
+        """What the rules read, for the user: ``the baseline's median of 3 runs (data
+        wait 4.6%, ...)``."""
+        known = [
+            f"{label} {value:.1%}"
+            for label, value in (
+                ("data wait", self.data_share),
+                ("padding", self.padding_share),
+                ("memory", self.memory_share),
+            )
+            if value is not None
+        ]
+        runs = "one run" if self.runs == 1 else f"median of {self.runs} runs"
+        return f"the baseline's {runs}" + (f" ({', '.join(known)})" if known else "")
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "padding_share": self.padding_share,
@@ -119,6 +168,7 @@ class Shares:
             "fixed_share": self.fixed_share,
             "precision_gain": self.precision_gain,
             "precision": self.precision,
+            "runs": self.runs,
         }
 
 
@@ -299,8 +349,12 @@ class Schedule:
         return cls(
             tuple(Move(*move) for move in d.get("moves", [])),
             tuple(d.get("reasons", [])),
-            Shares(**d.get("profile", {})),
+            # the fields this version knows (a later one may store more)
+            Shares(**{k: v for k, v in d.get("profile", {}).items() if k in _SHARES_FIELDS}),
         )
+
+
+_SHARES_FIELDS = frozenset(Shares.__dataclass_fields__)
 
 
 def order(space: Space, rules: Iterable[Rule]) -> list[str]:
@@ -422,7 +476,10 @@ def describe(schedule: Schedule, budget: int | None) -> str:
     else:
         size = f"at most {n} trials ({', '.join(m.label for m in schedule.moves)})"
     why = "; ".join(schedule.reasons) if schedule.reasons else "no rule fired: registry order"
-    return f"screening: one knob moved per trial from the best config so far, {size}; {why}"
+    return (
+        f"screening: one knob moved per trial from the best config so far, {size}; {why} "
+        f"(the rules read {schedule.shares.basis()})"
+    )
 
 
 def not_worth_compiling(

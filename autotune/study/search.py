@@ -36,6 +36,7 @@ from ..results import (
     TrialRecord,
     baseline_floor,
     baseline_of,
+    baseline_runs,
     best_of,
     ranked,
     summarize,
@@ -156,15 +157,7 @@ class Search:
         per call; False when none is due. Only the first worker runs them, and they
         spend no budget (repeats, never pruned)."""
         base = next((t for t in ground.trials if t.role == BASELINE), None)
-        if self.worker_index or base is None or not base.feasible:
-            return False
-        if not getattr(self.trials.backend, "noisy", True):  # a replay: nothing to measure
-            return False
-        made = sum(
-            t.role == REPEAT and t.repeat_of == base.number and t.round is None
-            for t in ground.trials
-        )
-        if made >= self.space.search.noise_runs:
+        if self.worker_index or base is None or not self._noise_due(ground):
             return False
         attrs = {"role": REPEAT, "repeat_of": base.number}
         study.enqueue_trial(encode(self.space, base.config), user_attrs=attrs)
@@ -183,6 +176,21 @@ class Search:
         every = [*ground.trials, record]
         self.reporter.trial(record, best_of(every), baseline_of(every), ground.done, None)
         return True
+
+    def _noise_due(self, ground: Ground) -> bool:
+        """Whether a noise run of the measured baseline is still to be made (by the first
+        worker, :meth:`_noise`): fewer than ``search.noise_runs`` ran (failed ones count,
+        so a run that fails is not made again)."""
+        base = next((t for t in ground.trials if t.role == BASELINE), None)
+        if base is None or not base.feasible:
+            return False
+        if not getattr(self.trials.backend, "noisy", True):  # a replay: nothing to measure
+            return False
+        made = sum(
+            t.role == REPEAT and t.repeat_of == base.number and t.round is None
+            for t in ground.trials
+        )
+        return made < self.space.search.noise_runs
 
     def _widen_pruning(self, ground: Ground) -> None:
         """A trial is pruned only when it trails the best by more than twice the noise
@@ -313,8 +321,9 @@ class Search:
     def _screen(self, study: optuna.Study, ground: Ground) -> None:
         """Queue the screening's next move (:mod:`autotune.study.screening`), if any: one
         knob moved from the best feasible config so far. The schedule is made once, when
-        the baseline is measured, and kept in the study; a study made before the
-        screening existed (no :data:`screening.ATTR`) is not screened."""
+        the baseline and its noise runs are measured, from their median shares
+        (:meth:`screening.Shares.median`), and kept in the study; a study made before
+        the screening existed (no :data:`screening.ATTR`) is not screened."""
         search = self.space.search
         if not search.screening or search.sampler == "grid":
             return
@@ -325,8 +334,18 @@ class Search:
             base = baseline_of(ground.trials)
             if base is None:  # a worker beside us measures it: the sampler meanwhile
                 return
-            shares = screening.Shares.of(
-                base.measurement, self.trials.memory_budget, self.space, self.environment
+            if self._noise_due(ground):
+                # The first worker is still running the baseline's noise runs (the first
+                # worker itself gets here only when its own try lost a race, and makes
+                # the run next round). Another worker waits for them, using the sampler
+                # meanwhile, rather than make the schedule from a partial set: the
+                # schedule is made once, and one run must not set it. Should the first
+                # worker die before they end, the study goes on unscreened until a first
+                # worker resumes it.
+                return
+            runs = [t.measurement for t in baseline_runs(ground.trials)]
+            shares = screening.Shares.median(
+                runs, self.trials.memory_budget, self.space, self.environment
             )
             schedule = screening.make_schedule(self.space, self.space.baseline, shares)
             study.set_user_attr(screening.ATTR, schedule.to_dict())

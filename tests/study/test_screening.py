@@ -608,3 +608,111 @@ def test_a_replayed_study_screens_precision_first_where_the_probe_measured_it_fa
         "amp_dtype=bf16, batch_size=128, batch_size=64, channels_last=True; not made:"
     )
     assert "batch_size=16" in text.split("not made:")[1]
+
+
+# --- the rules read the baseline's median over its back-to-back runs -------------------
+
+
+class _NoisyDataWait(ReplayBackend):
+    """A replay whose baseline waits for data ``waits[i]`` of its i-th run (the recorded
+    run, then its back-to-back repeats); its answers vary, so the study runs them."""
+
+    noisy = True
+
+    def __init__(self, table: dict, waits: list[float]) -> None:
+        super().__init__(table)
+        self.waits = list(waits)
+
+    def run_trial(self, space, config, folder, best_value=None):
+        m = super().run_trial(space, config, folder, best_value)
+        if config.key() == space.baseline.key() and self.waits:
+            return m.replace(data_share=self.waits.pop(0))
+        return m
+
+
+def _amp_study(tmp_path, backend, name="s", n_trials=2, worker_index=0, notes=None):
+    table = backend.table
+    space = load_space(ROOT / table["space"])
+    search = dataclasses.replace(
+        space.search, sampler="tpe", screening=True, confirm_top=0, prune=False, noise_runs=2
+    )
+    space = dataclasses.replace(space, search=search)
+    storage = f"sqlite:///{tmp_path}/{name}.db"
+    tune(
+        space,
+        storage=storage,
+        out_dir=tmp_path,
+        backend=backend,
+        n_trials=n_trials,
+        worker_index=worker_index,
+        reporter=notes or _Notes(),
+    )
+    return space, optuna.load_study(study_name=space.study.name, storage=storage)
+
+
+IDLE = "DataLoader knobs and threads last"  # data_last's reason (below DATA_IDLE)
+WAITS = "DataLoader knobs first"  # data_first's (past DATA_SHARE)
+
+
+@pytest.mark.parametrize(
+    "waits, reason, fires",
+    [
+        # cnn_amp_grid's recorded baseline: its first run waited just past DATA_IDLE (5%),
+        # its two repeats below: the median (4.6%) is idle.
+        ([0.0504, 0.046, 0.039], IDLE, True),
+        ([0.046, 0.052, 0.055], IDLE, False),
+        ([0.21, 0.18, 0.19], WAITS, False),
+        ([0.19, 0.21, 0.22], WAITS, True),
+    ],
+)
+def test_a_rule_reads_the_baselines_median_over_its_runs_not_its_first_run(
+    tmp_path, waits, reason, fires
+):
+    """One run just across a threshold, the two repeats on the other side: the rule
+    follows the median of the three, whichever side the first run fell on."""
+    table = json.loads((ROOT / "benchmarks/tables/cnn_amp_grid.json").read_text())
+    backend = _NoisyDataWait(table, waits)
+    notes = _Notes()
+    space, study = _amp_study(tmp_path, backend, notes=notes)
+    # the baseline and its two noise runs come before the schedule's first move
+    assert [c.key() for c in backend.calls[:3]] == [space.baseline.key()] * 3
+    assert backend.calls[3].key() != space.baseline.key()
+    schedule = study.user_attrs[screening.ATTR]
+    assert any(reason in r for r in schedule["reasons"]) is fires
+    median = sorted(waits)[1]
+    assert schedule["profile"]["data_share"] == pytest.approx(median)
+    assert schedule["profile"]["runs"] == 3
+    (note,) = [n for n in notes.notes if n.startswith("screening:")]
+    assert f"the rules read the baseline's median of 3 runs (data wait {median:.1%}" in note
+    # the stored schedule reads back with its median
+    assert screening.Schedule.from_dict(schedule).shares.runs == 3
+
+
+def test_a_second_worker_waits_for_the_noise_runs_before_making_the_schedule(tmp_path):
+    """A worker beside the first one never runs the baseline's noise runs: while they are
+    due it samples, and leaves the schedule to be made from all three runs."""
+    table = json.loads((ROOT / "benchmarks/tables/cnn_amp_grid.json").read_text())
+    waits = [0.0504, 0.046, 0.039]
+    # The first worker measures the baseline only (its budget is spent)...
+    backend = _NoisyDataWait(table, waits)
+    _amp_study(tmp_path, backend, n_trials=1)
+    # ... a second worker goes on: no noise runs, and no schedule from the baseline alone.
+    _, study = _amp_study(tmp_path, backend, n_trials=3, worker_index=1)
+    assert study.user_attrs[screening.ATTR] == screening.PENDING
+    assert not any(screening.MOVE in t.user_attrs for t in study.get_trials())
+    assert sum(t.user_attrs.get("role") == SEARCH for t in study.get_trials()) >= 2
+    # The first worker resumes: its noise runs, then the schedule from the three runs.
+    _, study = _amp_study(tmp_path, backend, n_trials=4)
+    schedule = study.user_attrs[screening.ATTR]
+    assert schedule["profile"]["runs"] == 3
+    assert schedule["profile"]["data_share"] == pytest.approx(0.046)
+    assert any(IDLE in r for r in schedule["reasons"])
+
+
+def test_a_schedule_stored_before_its_run_count_reads_back_as_one_run():
+    stored = {"moves": [["batch_size", 128, 0]], "reasons": [], "profile": {"data_share": 0.3}}
+    shares = screening.Schedule.from_dict(stored).shares
+    assert shares == Shares(data_share=0.3) and shares.runs == 1
+    # ... and one from a later version, with a share this one does not know, reads too.
+    later = {**stored, "profile": {"data_share": 0.3, "runs": 3, "cpu_share": 0.1}}
+    assert screening.Schedule.from_dict(later).shares == Shares(data_share=0.3, runs=3)
