@@ -231,7 +231,7 @@ def data_last(p: Shares) -> Rule | None:
     return Rule(
         "data-idle",
         LOADER_AND_THREADS,
-        f"the step waited for data {p.data_share:.0%} of the window: DataLoader knobs and "
+        f"the step waited for data {p.data_share:.1%} of the window: DataLoader knobs and "
         "threads last",
         last=True,
     )

@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[2]
             Shares(data_share=0.02),
             Shares(data_share=0.30),
             "num_workers",
-            "the step waited for data 2% of the window: DataLoader knobs and threads last",
+            "the step waited for data 2.0% of the window: DataLoader knobs and threads last",
         ),
         (
             screening.precision_first,
@@ -589,7 +589,7 @@ def test_a_replayed_study_screens_precision_first_where_the_probe_measured_it_fa
     # threshold, so the DataLoader knobs and threads go last.
     assert schedule["profile"]["data_share"] == pytest.approx(0.0461, abs=1e-4)
     assert schedule["reasons"][:2] == [
-        "the step waited for data 5% of the window: DataLoader knobs and threads last",
+        "the step waited for data 4.6% of the window: DataLoader knobs and threads last",
         "bf16 matmuls measured 2.1x the baseline's peak on this machine: precision first",
     ]
     assert schedule["order"][-2:] == ["num_workers=1", "num_threads=1"]
