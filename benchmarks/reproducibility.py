@@ -12,8 +12,12 @@ trial process, the order rotated every round. It prints:
 - per study: its recommendation, claimed speedup, kept knobs (each contribution's
   decision), the noise floor, and the knobs it left unresolved;
 - per distinct recommendation: its median ratio to the baseline in the head-to-head
-  rounds and its *regret*, ``1 - its median / the best one's``; then the median and the
-  max regret over the studies (a study's regret is its recommendation's);
+  rounds and its *regret*, ``1 - its median / the best one's``, with the sign test's
+  interval (:mod:`autotune.decisions`) on the regret of its paired per-round ratios to
+  the best one; then the median and the max regret over the studies (a study's regret
+  is its recommendation's). The goal is *met* when every recommendation's interval lies
+  at or below it, *not met* when one lies wholly above it, else *unresolved* (the rounds
+  cannot rank the recommendations that finely);
 - per knob worth 10% or more (a contribution's median >= 1.10 in some study): in how many
   studies the recommendation keeps it;
 - kept knobs whose final interval (the sign test's, :mod:`autotune.decisions`) reaches
@@ -34,6 +38,7 @@ import time
 from pathlib import Path
 
 from autotune import Config, load_space
+from autotune.decisions import interval
 from autotune.knobs import KNOBS
 from autotune.results import TuneResult
 from autotune.study.runner import run_trial
@@ -108,6 +113,28 @@ def head_to_head(space_path: Path, configs: list[Config], rounds: int, folder: P
     return ratios
 
 
+def regret_interval(best: list[float], ours: list[float]) -> tuple[float, float] | None:
+    """The sign test's interval on a config's regret against ``best``, from their ratios
+    to the baseline in the same rounds: ``1 - 1/x`` of the interval on the median of
+    best/ours per round; ``None`` with too few rounds (or a failed run)."""
+    paired = [b / o for b, o in zip(best, ours, strict=True) if o > 0]
+    bounds = interval(paired) if len(paired) == len(best) else None
+    if bounds is None:
+        return None
+    return 1 - 1 / bounds[0], 1 - 1 / bounds[1]
+
+
+def verdict(bounds: list[tuple[float, float] | None]) -> str:
+    """``met`` when every regret interval lies at or below the goal, ``NOT met`` when one
+    lies wholly above it, else ``unresolved``: a median regret at the edge, or rounds too
+    wide to rank the recommendations, decides nothing."""
+    if any(b is not None and b[0] > GOAL_REGRET for b in bounds):
+        return "NOT met"
+    if all(b is not None and b[1] <= GOAL_REGRET for b in bounds):
+        return "met"
+    return "unresolved"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("space", type=Path)
@@ -144,21 +171,24 @@ def main() -> None:
     ratios = head_to_head(args.space.resolve(), configs, args.rounds, root / "head_to_head")
     medians = {k: statistics.median(v) for k, v in ratios.items() if v}
     top = max(medians.values())
+    best = max(medians, key=medians.__getitem__)
     regrets = [1 - medians[r.best.config.key()] / top for r in results]
+    bounds = {k: regret_interval(ratios[best], ratios[k]) for k in medians}
     for c in configs:
         k = c.key()
         if k in medians:
             v = ratios[k]
+            low, high = bounds[k] or (None, None)
+            within = "-" if low is None else f"{low:.1%} to {high:.1%}"
             print(
                 f"{names[k]}: {medians[k]:.3f}x (rounds {min(v):.3f}-{max(v):.3f}), "
-                f"regret {1 - medians[k] / top:.1%}, recommended by "
+                f"regret {1 - medians[k] / top:.1%} (interval {within}), recommended by "
                 f"{sum(r.best.config.key() == k for r in results)}/{len(results)} studies"
             )
-    worst = max(regrets)
-    verdict = "met" if worst <= GOAL_REGRET else "NOT met"
+    recommended = [bounds[r.best.config.key()] for r in results]
     print(
         f"regret over {len(results)} studies: median {statistics.median(regrets):.1%}, "
-        f"max {worst:.1%} (goal <= {GOAL_REGRET:.0%}: {verdict})"
+        f"max {max(regrets):.1%} (goal <= {GOAL_REGRET:.0%}: {verdict(recommended)})"
     )
     worth: dict[str, list[float]] = {}
     for r in results:
