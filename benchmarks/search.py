@@ -19,6 +19,7 @@ import datetime
 import json
 import math
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -33,6 +34,7 @@ from autotune.config import Config
 from autotune.errors import ArgumentError, AutotuneError
 from autotune.measurement import Measurement, fixed_cost
 from autotune.space import LAUNCHERS
+from autotune.study import screening
 from autotune.study.replay import ReplayBackend, record_table
 from autotune.study.sampling import encode, make_sampler
 from autotune.study.scoring import judge, objective
@@ -62,6 +64,7 @@ def record(space_path: Path, out: Path, launcher: str | None = None) -> None:
         "command": f"python benchmarks/search.py record {space_path}",
         "date": _today(),
         "machine": machine_text(),
+        "rules_commit": rules_commit(),
     }
     out.write_text(json.dumps(table, indent=1))
     print(
@@ -230,6 +233,61 @@ def _trajectory(space, backend: ReplayBackend, reference) -> tuple[list[float], 
     return values, walls
 
 
+# The files whose code decides the screening's moves: its rules and the loop that asks
+# them. A change to either re-reports every table (docs/benchmarks.md).
+RULES = ("autotune/study/screening.py", "autotune/study/search.py")
+
+
+def rules_commit() -> str:
+    """The last commit that changed the screening's rules (:data:`RULES`), short; with
+    ``+changes`` when the working tree changes them; ``?`` outside a git checkout."""
+    root = Path(__file__).resolve().parent.parent
+    git = ["git", "-C", str(root)]
+    try:
+        commit = subprocess.run(
+            [*git, "log", "-1", "--format=%h", "--", *RULES],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run([*git, "diff", "--quiet", "HEAD", "--", *RULES]).returncode
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
+    return f"{commit}+changes" if dirty else (commit or "?")
+
+
+def screening_trace(space, table, budget: int, name: str = "") -> str:
+    """What the screening did on ``table`` (it is deterministic: seed 0 stands for every
+    seed): the rules the baseline's profile fired, and the moves its trials made, in order."""
+    search = dataclasses.replace(
+        space.search,
+        sampler="tpe",
+        screening=True,
+        seed=0,
+        confirm_top=0,
+        prune=False,
+        noise_runs=0,
+    )
+    space = dataclasses.replace(space, search=search)
+    backend = ReplayBackend(table, space.baseline, name=name)
+    with tempfile.TemporaryDirectory() as tmp:
+        storage = f"sqlite:///{Path(tmp) / 'trace.db'}"
+        tune(space, storage=storage, out_dir=Path(tmp) / "runs", backend=backend, n_trials=budget)
+        study = optuna.load_study(study_name=space.study.name, storage=storage)
+        schedule = study.user_attrs.get(screening.ATTR) or {}
+        moves = [
+            str(t.user_attrs[screening.MOVE])
+            for t in study.get_trials(deepcopy=False)
+            if screening.MOVE in t.user_attrs
+        ]
+    reasons = "; ".join(schedule.get("reasons", [])) or "no rule fired (the knobs in listed order)"
+    made = ", ".join(moves) or "none"
+    return (
+        f"Screening trace (rules of {rules_commit()}): {reasons}. "
+        f"Moves made in {budget} trials: {made}."
+    )
+
+
 def _one_run(space, table, sampler: str, seed: int, budget: int, name: str = ""):
     search = dataclasses.replace(
         space.search,
@@ -275,7 +333,8 @@ def replay(
     today = _today()
     lines = [
         BEGIN,
-        f"Replayed {today} with `{command}` (this block is written by that command; the "
+        f"Replayed {today} with `{command}`, the screening rules of commit "
+        f"{rules_commit()} ({', '.join(RULES)}) (this block is written by that command; the "
         "tables by `record`, each with its date and machine below). Each strategy runs "
         f"{max(BUDGETS)} trials per seed; trials and wall s to 95% are medians over every "
         'seed, a seed that never got there counting as never ("-": half the seeds or more).',
@@ -306,7 +365,10 @@ def replay(
             f"{statistics.median(m.wall_s for m in measured if m.wall_s):.1f} s, the longest "
             f"{max(m.wall_s for m in measured if m.wall_s):.1f} s."
             f"{_later_text(table, space, opt_config, optimum)}"
-            f"{_flat_text(table, space, opt_config, optimum)}",
+            f"{_flat_text(table, space, opt_config, optimum)}"
+            f"{_held_out_text(rec)}",
+            "",
+            screening_trace(space, table, budget, str(path)),
             "",
             "| sampler | best/optimum @5 | @8 | @10 | @20 | seeds >= 95% @10 | trials to 95% "
             "(median) | to 99% | wall s to 95% (median) |",
@@ -385,6 +447,15 @@ def _flat_text(table: dict[str, Any], space, opt_config: Config, optimum: float)
             f"{optimum / base:.2f}x lead is within the noise, and this grid cannot judge a "
             "search."
         )
+    return ""
+
+
+def _held_out_text(recorded: dict[str, Any]) -> str:
+    """Whether the table was recorded after the rules it judges were frozen."""
+    if recorded.get("held_out"):
+        return f" **Held out:** {recorded['held_out']}"
+    if recorded.get("rules_commit"):
+        return f" Recorded with the screening rules of {recorded['rules_commit']}."
     return ""
 
 
