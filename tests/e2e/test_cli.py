@@ -96,6 +96,17 @@ def test_debug_shows_the_traceback(write_space, tmp_path):
     assert r.returncode == 1 and "Traceback" in r.stderr
 
 
+def test_a_reader_that_leaves_the_pipe_early_gets_no_traceback(tmp_path):
+    """`autotune knobs --markdown | head -0`: the reader closes the pipe before the CLI
+    writes (its imports take a second), so the first write or the flush at exit fails."""
+    command = [sys.executable, "-m", "autotune", "knobs", "--markdown"]
+    proc = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    proc.wait(timeout=120)
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
 def test_bad_run_arguments_give_one_line_and_exit_1(tmp_path):
     """Each is rejected before anything runs: no storage, no run folder."""
     space = str(ROOT / "search_spaces" / "cpu.yaml")
