@@ -69,3 +69,22 @@ def test_a_grid_whose_optimum_is_within_the_noise_of_its_baseline_is_flat(write_
     assert "within 5%" in _flat_case(write_space, [1000, 990, 1010], [1040, 1030, 1045])
     # cnn_amp_grid's: a lead above every baseline run judges
     assert _flat_case(write_space, [988, 914, 828], [1719, 1768, 1698]) == ""
+
+
+def test_repeat_ranks_a_repeated_config_by_its_median_run():
+    """A lucky first run put A on top and kept B out of the first pass; A's repeats pull it
+    to its median, so a second pass ranks B by its one run against A's median."""
+
+    def rate(m):
+        return m["rate"]
+
+    a = {
+        "measurement": {"rate": 150.0},
+        "repeats": [{"measurement": {"rate": 110.0}}, {"measurement": {"rate": 99.0}}],
+    }
+    b = {"measurement": {"rate": 123.0}}
+    assert search.standing(a, rate) == 110.0  # the median of 150, 110, 99
+    assert search.standing(b, rate) == 123.0
+    even = {"measurement": {"rate": 10.0}, "repeats": [{"measurement": {"rate": 20.0}}]}
+    assert search.standing(even, rate) == 10.0  # the lower middle: a run that happened
+    assert search.near_the_top({"a": 110.0, "b": 123.0}, 0.15) == ["b", "a"]
