@@ -201,6 +201,16 @@ class Confirmation:
         winner = self._pinned(study, conf, "final")
         if winner is None or winner.role == BASELINE:
             return
+        if search.ablate and str(winner.number) not in conf["ablations"]:
+            # The crowned one's own rounds put one of its ablations (or another config)
+            # first: the final winner's knobs are ablated too, or the recommendation would
+            # come without what each knob contributes (seen on cnn_small_batch: the final
+            # winner, an ablation of the crowned one, had none of its own measured).
+            missing = self._unpaired(study, winner, self._ablations(conf, winner))
+            study.set_user_attr("confirmation", conf)
+            lineup = [*anchor, winner.config, *missing]
+            if missing and not self._rounds(study, conf, lineup, winner):
+                return
         result = self._confirmed(study, conf)  # its winner is the pinned one
         dropped = [c.knob for c in result.contributions if not c.kept]
         if not dropped or str(winner.number) in conf.setdefault("reduced", {}):

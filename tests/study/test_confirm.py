@@ -596,3 +596,56 @@ def test_the_search_winners_close_call_gets_its_rounds_while_another_finalist_le
     ckpt = next(c for c in result.contributions if c.knob == "gradient_checkpointing")
     assert len(ckpt.ratios) == 6 and ckpt.decision.state == "proven" and ckpt.kept
     assert result.best.config == a
+
+
+class LuckyThenFickle(ReplayBackend):
+    """The table's rates, except ``lucky`` (1.3x in its first run) and ``fickle`` (0.85x
+    after its first four runs: the search and the first rounds)."""
+
+    def __init__(self, table: dict, lucky: Config, fickle: Config) -> None:
+        super().__init__(table)
+        self.lucky, self.fickle = lucky, fickle
+
+    def run_trial(self, space, config, folder, best_value=None):
+        m = super().run_trial(space, config, folder, best_value)
+        n = self.calls.count(config)
+        if config == self.lucky and n == 1:
+            return m.replace(samples_per_s=m.samples_per_s * 1.3)
+        if config == self.fickle and n > 4:
+            return m.replace(samples_per_s=m.samples_per_s * 0.85)
+        return m
+
+
+def test_a_final_winner_that_was_not_crowned_gets_its_own_ablations(write_space, tmp_path):
+    """The search's lucky L loses the first rounds to W (L without checkpointing); in W's
+    own ablations' rounds W slows and its ablation X (W without set_to_none) comes first:
+    X is the final winner. X's knobs must be ablated in rounds with X, or the
+    recommendation comes without its contributions (cnn_small_batch, 2026-12-06)."""
+    effects = {
+        "batch_size": 2.0,
+        "num_workers": 1.2,
+        "zero_grad_set_to_none": 1.05,
+        "gradient_checkpointing": 0.95,
+    }
+    space = load_space(write_space(SPACE))
+    lucky = space.config_from(
+        {
+            "batch_size": 32,
+            "num_workers": 1,
+            "zero_grad_set_to_none": True,
+            "gradient_checkpointing": True,
+        }
+    )
+    w = lucky.replace(gradient_checkpointing=False)
+    x = w.replace(zero_grad_set_to_none=False)
+    backend = LuckyThenFickle(_table(effects), lucky, w)
+    study_storage = f"sqlite:///{tmp_path}/s.db"
+    result = tune(space, storage=study_storage, out_dir=tmp_path, backend=backend)
+    pins = optuna.load_study(study_name=space.study.name, storage=study_storage).user_attrs[
+        "confirmation"
+    ]["pins"]
+    by_config = {t.config.key(): t.number for t in result.trials}
+    assert pins["crowned"] == by_config[w.key()] and pins["final"] == by_config[x.key()]
+    assert result.winner.config == x
+    assert {c.knob for c in result.contributions} == {"batch_size", "num_workers"}
+    assert all(c.kept and len(c.ratios) >= 3 for c in result.contributions)
