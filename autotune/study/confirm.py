@@ -288,8 +288,9 @@ class Confirmation:
     ) -> bool:
         """Run ``lineup`` in paired rounds, each in a rotated order: ``search.confirm_rounds``
         of them, then more while a decision of ``subject`` (the winner whose ablations or
-        reduced config the lineup holds) is unresolved (:meth:`_undecided`), up to ``search.confirm_max_rounds`` and, past the least
-        rounds, ``search.confirm_max_s`` seconds of the confirmation. A round past the
+        reduced config the lineup holds) is unresolved (:meth:`_undecided`), up to
+        ``search.confirm_max_rounds`` and, past the least rounds, ``search.confirm_max_s``
+        seconds of the confirmation. A round past the
         least runs the baseline and the configs of the unresolved decisions only. Runs an
         interrupted confirmation already made are not made again. False when the rounds
         were cut short (queued trials of another worker come first)."""
