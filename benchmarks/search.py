@@ -276,16 +276,7 @@ def rules_commit() -> str:
 def screening_trace(space, table, budget: int, name: str = "") -> str:
     """What the screening did on ``table`` (it is deterministic: seed 0 stands for every
     seed): the rules the baseline's profile fired, and the moves its trials made, in order."""
-    search = dataclasses.replace(
-        space.search,
-        sampler="tpe",
-        screening=True,
-        seed=0,
-        confirm_top=0,
-        prune=False,
-        noise_runs=0,
-    )
-    space = dataclasses.replace(space, search=search)
+    space = _replay_space(space, SCREEN, 0)
     backend = ReplayBackend(table, space.baseline, name=name)
     with tempfile.TemporaryDirectory() as tmp:
         storage = f"sqlite:///{Path(tmp) / 'trace.db'}"
@@ -305,7 +296,9 @@ def screening_trace(space, table, budget: int, name: str = "") -> str:
     )
 
 
-def _one_run(space, table, sampler: str, seed: int, budget: int, name: str = ""):
+def _replay_space(space, sampler: str, seed: int):
+    """``space`` as a replay runs it (:data:`SETTINGS`): ``sampler`` (``screen+tpe``: TPE
+    after the screening) with ``seed``, no pruning, no confirmation, no noise runs."""
     search = dataclasses.replace(
         space.search,
         sampler="tpe" if sampler == SCREEN else sampler,
@@ -317,7 +310,11 @@ def _one_run(space, table, sampler: str, seed: int, budget: int, name: str = "")
         # measure, and _trajectory would count them as trials.
         noise_runs=0,
     )
-    space = dataclasses.replace(space, search=search)
+    return dataclasses.replace(space, search=search)
+
+
+def _one_run(space, table, sampler: str, seed: int, budget: int, name: str = ""):
+    space = _replay_space(space, sampler, seed)
     backend = ReplayBackend(table, space.baseline, name=name)
     with tempfile.TemporaryDirectory() as tmp:
         tune(space, storage="memory", out_dir=tmp, backend=backend, n_trials=budget)

@@ -32,6 +32,15 @@ SPACE = """
 """
 
 
+# Every knob of SPACE off its baseline value (the search's winner of several tests).
+EVERY_KNOB_ON = {
+    "batch_size": 32,
+    "num_workers": 1,
+    "zero_grad_set_to_none": True,
+    "gradient_checkpointing": True,
+}
+
+
 def _table(effects: dict[str, float]) -> dict:
     """Every config of SPACE; ``effects`` multiply the rate when a knob is off the baseline."""
     rows = []
@@ -273,14 +282,7 @@ def test_a_lucky_search_run_loses_to_the_rounds_and_the_new_winner_is_ablated(
         "gradient_checkpointing": 0.95,  # costs: only a lucky first run made it look good
     }
     space = load_space(write_space(SPACE))
-    lucky = space.config_from(
-        {
-            "batch_size": 32,
-            "num_workers": 1,
-            "zero_grad_set_to_none": True,
-            "gradient_checkpointing": True,
-        }
-    )
+    lucky = space.config_from(EVERY_KNOB_ON)
     backend = Lucky(_table(effects), lucky)
     result = tune(space, storage="memory", out_dir=tmp_path, backend=backend)
     # The rounds rank by the median: the lucky config is not the winner, its ablation is.
@@ -383,14 +385,7 @@ def test_an_interrupted_confirmation_resumes_its_plan_though_its_runs_moved_the_
         "gradient_checkpointing": 1.01,
     }
     space = load_space(write_space(SPACE))
-    a = space.config_from(
-        {
-            "batch_size": 32,
-            "num_workers": 1,
-            "zero_grad_set_to_none": True,
-            "gradient_checkpointing": True,
-        }
-    )
+    a = space.config_from(EVERY_KNOB_ON)
     storage = f"sqlite:///{tmp_path}/study.db"
     first = SlowInRounds(_table(effects), a, first_round_trial=16, stop=16 + 3)
     with pytest.raises(Interrupted):
@@ -598,20 +593,17 @@ def test_the_search_winners_close_call_gets_its_rounds_while_another_finalist_le
     assert result.best.config == a
 
 
-class LuckyThenFickle(ReplayBackend):
-    """The table's rates, except ``lucky`` (1.3x in its first run) and ``fickle`` (0.85x
-    after its first four runs: the search and the first rounds)."""
+class LuckyThenFickle(Lucky):
+    """As :class:`Lucky` (``lucky`` 1.3x in its first run), and ``fickle`` 0.85x after its
+    first four runs (the search and the first rounds)."""
 
     def __init__(self, table: dict, lucky: Config, fickle: Config) -> None:
-        super().__init__(table)
-        self.lucky, self.fickle = lucky, fickle
+        super().__init__(table, lucky)
+        self.fickle = fickle
 
     def run_trial(self, space, config, folder, best_value=None):
         m = super().run_trial(space, config, folder, best_value)
-        n = self.calls.count(config)
-        if config == self.lucky and n == 1:
-            return m.replace(samples_per_s=m.samples_per_s * 1.3)
-        if config == self.fickle and n > 4:
+        if config == self.fickle and self.calls.count(config) > 4:
             return m.replace(samples_per_s=m.samples_per_s * 0.85)
         return m
 
@@ -628,14 +620,7 @@ def test_a_final_winner_that_was_not_crowned_gets_its_own_ablations(write_space,
         "gradient_checkpointing": 0.95,
     }
     space = load_space(write_space(SPACE))
-    lucky = space.config_from(
-        {
-            "batch_size": 32,
-            "num_workers": 1,
-            "zero_grad_set_to_none": True,
-            "gradient_checkpointing": True,
-        }
-    )
+    lucky = space.config_from(EVERY_KNOB_ON)
     w = lucky.replace(gradient_checkpointing=False)
     x = w.replace(zero_grad_set_to_none=False)
     backend = LuckyThenFickle(_table(effects), lucky, w)
