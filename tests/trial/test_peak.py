@@ -43,10 +43,15 @@ def one_thread():
 
 
 def test_the_measured_peak_is_a_real_matmul_rate(one_thread):
+    """The peak is the rate of the size it names. The plateau is the fastest of up to
+    fifteen windows (five sizes), so it is measured again as the fastest of fifteen at its
+    size, and the bound is a factor of two either way: CI once saw a single re-measure of
+    three windows at 0.66x the plateau on a busy 2-core machine. A peak in other units,
+    of another size's rate, or a sum over sizes is out."""
     found = peak.measured_peaks(["fp32"], CPU)["fp32"]
     assert found["size"] in (256, 512, 1024, 2048)
-    again = peak.matmul_rate(found["size"], torch.float32, CPU)
-    assert found["flops_per_s"] == pytest.approx(again, rel=0.5)  # a 2-core machine is noisy
+    again = max(peak.matmul_rate(found["size"], torch.float32, CPU) for _ in range(5))
+    assert 0.5 < found["flops_per_s"] / again < 2.0, (found, again)
     assert torch.get_float32_matmul_precision() == "highest"  # restored
 
 
