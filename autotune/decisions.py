@@ -18,7 +18,8 @@ says what that costs.
 
 The *noise floor* of a study (:func:`noise_floor`) is how far the baseline moved against
 itself when run back to back; the threshold a gain must clear is ``1 + margin`` with
-:func:`margin` the larger of the floor and the user's ``search.min_gain``.
+:func:`margin` the larger of the floor, capped at :data:`FLOOR_CAP`, and the user's
+``search.min_gain``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,15 @@ CONFIDENCE = 0.875
 PROVEN = "proven"  # the interval lies above the threshold
 WITHIN = "within noise"  # the interval lies below it
 UNRESOLVED = "unresolved"  # the interval straddles it (or too few rounds to judge)
+# The most the noise floor raises a decision's margin. The floor is the spread of two
+# back-to-back runs of the baseline: one sample of how far a config moves against itself.
+# Five studies of one space on the 2-core machine (2026-12-06, docs/confirmation.md)
+# measured floors of 1.6%, 5.2%, 8.4%, 16.0% and 45.4%: above 10% it told of a run a
+# busy moment disturbed more than of the workload, and a 45% margin dropped a compile
+# that paired rounds proved at 1.39x. The interval on the paired rounds already widens
+# with the noise, so a floor past the cap only counted the same noise twice; at 10% a
+# knob whose interval proves 10% or more is never called noise.
+FLOOR_CAP = 0.10
 
 
 def bound_rank(n: int, confidence: float = CONFIDENCE) -> int:
@@ -81,8 +91,9 @@ def noise_floor(values: Sequence[float]) -> float | None:
 
 
 def margin(min_gain: float, floor: float | None) -> float:
-    """The gain a decision must prove: the noise floor, never below ``min_gain``."""
-    return max(min_gain, floor or 0.0)
+    """The gain a decision must prove: the noise floor up to :data:`FLOOR_CAP`, never
+    below ``min_gain``."""
+    return max(min_gain, min(floor or 0.0, FLOOR_CAP))
 
 
 @dataclass(frozen=True)

@@ -163,14 +163,15 @@ class SearchSettings:
             confirmation; a decision still unresolved then goes to the simpler config.
         noise_runs: right after the baseline, run it this many more times back to back:
             their spread (the first, cold run left out) is the study's noise floor, the
-            least gain any decision must prove (never below ``min_gain``); under 2, the
+            least gain any decision must prove (never below ``min_gain``, never above
+            :data:`autotune.decisions.FLOOR_CAP`, 10%); under 2, the
             floor is ``min_gain``. The screening's order reads the median of the
             baseline's shares over these runs and its first.
         ablate: in the same rounds, measure the winner with each knob that differs from
             the baseline set back to the baseline's value: each knob's contribution. Knobs
             whose contribution is within noise are dropped from the recommendation.
         min_gain: a knob stays only if its per-round gains prove more than this (0.03: 3%)
-            or than the study's noise floor, whichever is larger.
+            or than the study's noise floor (counted up to 10%), whichever is larger.
         predict_memory: skip a sampled config that the study's memory model (fitted from
             its trials, :mod:`autotune.study.memory`) predicts over the memory budget;
             it is recorded as ``predicted-over-memory`` instead of run.

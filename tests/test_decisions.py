@@ -7,6 +7,7 @@ import math
 import pytest
 
 from autotune.decisions import (
+    FLOOR_CAP,
     PROVEN,
     UNRESOLVED,
     WITHIN,
@@ -50,4 +51,6 @@ def test_the_interval_and_the_decisions():
 def test_the_noise_floor_and_the_margin():
     assert noise_floor([100.0, 88.0, 100.0]) == pytest.approx(0.12)
     assert noise_floor([100.0]) is None
-    assert margin(0.03, 0.12) == 0.12 and margin(0.03, 0.01) == 0.03 and margin(0.03, None) == 0.03
+    assert margin(0.03, 0.08) == 0.08 and margin(0.03, 0.01) == 0.03 and margin(0.03, None) == 0.03
+    # A floor past FLOOR_CAP (one disturbed run) counts up to it; a larger min_gain stands
+    assert margin(0.03, 0.454) == FLOOR_CAP == 0.10 and margin(0.15, 0.454) == 0.15

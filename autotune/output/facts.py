@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..decisions import PROVEN, WITHIN, Decision
+from ..decisions import FLOOR_CAP, PROVEN, WITHIN, Decision
 from ..knobs import show
 from ..measurement import PREDICTED_OVER_MEMORY, TOKENS, Measurement
 from ..mfu import LABEL, MEANING, describe, peak_name, percent, unavailable
@@ -119,6 +119,8 @@ def noise_fact(result: TuneResult) -> Fact:
         text = "not measured (search.noise_runs: 0)"
     else:
         text = f"{result.noise_floor:.1%} (the baseline against itself, back to back)"
+        if result.noise_floor > FLOOR_CAP:
+            text += f", counted up to {FLOOR_CAP:.0%}"
     return Fact(
         "noise_floor",
         "noise floor",

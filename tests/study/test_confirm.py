@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from autotune import Config, Measurement, load_space, tune
+from autotune.decisions import FLOOR_CAP
 from autotune.output.report import report_data
 from autotune.results import BASELINE, CONFIRM, REPEAT
 from autotune.study.replay import ReplayBackend
@@ -537,20 +538,24 @@ class NoisyBaseline(RoundByRound):
         return m
 
 
-@pytest.mark.parametrize("dip, kept", [(1.0, True), (0.88, False)])
-def test_the_noise_floor_moves_the_keep_threshold(write_space, tmp_path, dip, kept):
+@pytest.mark.parametrize(
+    "dip, gain, kept", [(1.0, 1.08, True), (0.88, 1.08, False), (0.6, 1.12, True)]
+)
+def test_the_noise_floor_moves_the_keep_threshold(write_space, tmp_path, dip, gain, kept):
     """Checkpointing is worth 8% in every round: kept on a quiet machine (margin 3%,
-    search.min_gain), dropped where the baseline's two repeats were 12% apart."""
+    search.min_gain), dropped where the baseline's two repeats were 12% apart (margin
+    10%, the floor's cap). Worth 12% where they were 50% apart (a disturbed run): kept,
+    the floor counted up to FLOOR_CAP."""
     text = SPACE.replace("noise_runs: 0,", "noise_runs: 2,")
     space = load_space(write_space(text))
-    backend = NoisyBaseline(_table(STEADY), [1.08] * 8, dip)
+    backend = NoisyBaseline(_table(STEADY), [gain] * 8, dip)
     result = tune(space, storage="memory", out_dir=tmp_path, backend=backend)
     assert backend.calls[:3] == [space.baseline] * 3  # the baseline, then its 2 repeats
     ckpt = next(c for c in result.contributions if c.knob == "gradient_checkpointing")
     assert ckpt.kept is kept and len(ckpt.ratios) == 3  # resolved either way at 3 rounds
-    floor = 0.0 if dip == 1.0 else 12 / 94  # the two repeats: 88 and 100
+    floor = (1 - dip) / ((1 + dip) / 2)  # the two repeats: 100 dip and 100
     assert result.noise_floor == pytest.approx(floor)
-    assert result.margin == pytest.approx(max(0.03, floor))
+    assert result.margin == pytest.approx(max(0.03, min(floor, FLOOR_CAP)))
     assert report_data(result, {})["noise_floor"] == pytest.approx(floor)
 
 
