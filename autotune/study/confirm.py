@@ -9,14 +9,17 @@ Each config is then judged by its per-round ratios to the baseline run of the sa
 1. the finalists (the best ``confirm_top`` configs of the search) and, with
    ``search.ablate``, the *ablations* of the search's winner: the winner with one knob
    back at the baseline's value, per knob where they differ;
-2. if the rounds crowned another finalist, the ablations of that one;
+2. if the rounds crowned another finalist, the ablations of that one it is owed: those
+   that ran in no round with it, and those whose decision is still unresolved (the same
+   again for a final winner the crowned one's rounds put first);
 3. if some knobs' contributions are within noise, the winner *reduced* to the knobs
    that matter, against the winner (not needed when one knob is dropped: its ablation
    is the reduced config).
 
 The study keeps what the rounds mean in its ``confirmation`` user attr: the finalists,
-each winner's ablations and reduced config (config keys), and the first round of each
-lineup (so an interrupted confirmation resumes where it stopped).
+each winner's ablations and reduced config (config keys), the lineups of steps 2 and 3
+(``steps``) and the first round of each lineup (so an interrupted confirmation resumes
+where it stopped, with the lineups it chose).
 
 The functions say what runs and in which order; :class:`Confirmation` runs the lineups as
 trials of the study (:class:`~autotune.study.trials.Trials`). What the runs mean (medians,
@@ -190,27 +193,20 @@ class Confirmation:
         winner = self._pinned(study, conf, "crowned")
         if winner is None or winner.role == BASELINE or not search.ablate:
             return
-        if str(winner.number) not in conf["ablations"]:  # the rounds crowned another config
-            missing = self._unpaired(study, winner, self._ablations(conf, winner))
-            study.set_user_attr("confirmation", conf)
-            lineup = [*anchor, winner.config, *missing]
-            if missing and not self._rounds(study, conf, lineup, winner):
-                return
+        # The rounds crowned another config: its own ablations' rounds.
+        if not self._own_rounds(study, conf, winner, anchor, "crowned"):
+            return
         # The rounds of the new winner's ablations may crown another config again: the
         # one whose contributions are read, and which is reduced, is the final winner.
         winner = self._pinned(study, conf, "final")
         if winner is None or winner.role == BASELINE:
             return
-        if search.ablate and str(winner.number) not in conf["ablations"]:
-            # The crowned one's own rounds put one of its ablations (or another config)
-            # first: the final winner's knobs are ablated too, or the recommendation would
-            # come without what each knob contributes (seen on cnn_small_batch: the final
-            # winner, an ablation of the crowned one, had none of its own measured).
-            missing = self._unpaired(study, winner, self._ablations(conf, winner))
-            study.set_user_attr("confirmation", conf)
-            lineup = [*anchor, winner.config, *missing]
-            if missing and not self._rounds(study, conf, lineup, winner):
-                return
+        # The crowned one's own rounds put one of its ablations (or another config)
+        # first: the final winner's knobs are ablated too, or the recommendation would
+        # come without what each knob contributes (seen on cnn_small_batch: the final
+        # winner, an ablation of the crowned one, had none of its own measured).
+        if search.ablate and not self._own_rounds(study, conf, winner, anchor, "final"):
+            return
         result = self._confirmed(study, conf)  # its winner is the pinned one
         dropped = [c.knob for c in result.contributions if not c.kept]
         if not dropped or str(winner.number) in conf.setdefault("reduced", {}):
@@ -224,6 +220,51 @@ class Confirmation:
         conf["reduced"][str(winner.number)] = {"knobs": dropped, "key": config.key()}
         study.set_user_attr("confirmation", conf)
         self._rounds(study, conf, [*anchor, winner.config, config], winner)
+
+    def _own_rounds(
+        self,
+        study: optuna.Study,
+        conf: dict[str, Any],
+        winner: TrialRecord,
+        anchor: list[Config],
+        step: str,
+    ) -> bool:
+        """Rounds of ``winner`` (pinned as ``step``: "crowned", "final") with the
+        ablations it is owed, when the rounds so far were not its own (its ablations are
+        not yet recorded). Owed: an ablation that ran in no round with it, and one that
+        did but whose decision is still unresolved. Those rounds were another subject's
+        and stopped when its decisions were settled: on cpu.yaml (2026-12-06, study 3) the
+        final winner's compile ablation had shared 3 rounds with it, 0.98-1.35x, and was
+        dropped as "unresolved after 3 rounds" with 5 of its 8 rounds never run.
+
+        The lineup is recorded in ``conf["steps"][step]`` the first time, so that a
+        resumed confirmation runs the same one (its rounds have since settled some of
+        the decisions that chose it). False when the rounds were cut short."""
+        steps = conf.setdefault("steps", {})
+        if step not in steps:
+            if str(winner.number) in conf["ablations"]:
+                return True  # its ablations ran in rounds of its own
+            configs = self._ablations(conf, winner)
+            steps[step] = [c.key() for c in self._owed(study, conf, winner, configs)]
+            study.set_user_attr("confirmation", conf)
+        owed = [c for c in self._ablations(conf, winner) if c.key() in steps[step]]
+        if not owed:
+            return True
+        return self._rounds(study, conf, [*anchor, winner.config, *owed], winner)
+
+    def _owed(
+        self, study: optuna.Study, conf: dict[str, Any], winner: TrialRecord, configs: list[Config]
+    ) -> list[Config]:
+        """The ablations (``configs``) of ``winner`` that its own rounds must run: those
+        never paired with it, and those whose contribution is unresolved so far."""
+        unpaired = {c.key() for c in self._unpaired(study, winner, configs)}
+        pins = {**conf.get("pins", {}), "final": winner.number}
+        result = self._confirmed(study, {**conf, "pins": pins})
+        ablated = conf["ablations"][str(winner.number)]
+        unresolved = {
+            ablated[c.knob] for c in result.contributions if c.unresolved and c.knob in ablated
+        }
+        return [c for c in configs if c.key() in unpaired | unresolved]
 
     def _pinned(self, study: optuna.Study, conf: dict[str, Any], pin: str) -> TrialRecord | None:
         """The winner of the rounds so far, pinned in ``conf["pins"][pin]`` the first time
