@@ -41,3 +41,48 @@ def test_the_regret_interval_is_the_sign_tests_on_the_paired_ratios_to_the_best(
 )
 def test_the_regret_goal_is_met_only_when_every_interval_clears_it(bounds, verdict):
     assert repro.verdict(bounds) == verdict
+
+
+def test_a_knob_kept_with_an_interval_reaching_one_is_listed_with_what_the_study_said():
+    """cpu.yaml, 2026-12-06, study 4: three knobs unresolved after 8 rounds, kept together
+    (the reduced config lost by more than the margin): each is listed, called unresolved.
+    The check read each knob's own decision ("dropped") and printed none."""
+    rows = [
+        (4, "batch_size", (0.88, 1.15), True),
+        (4, "amp_dtype", (1.29, 2.29), False),
+        (4, "channels_last", (0.84, 1.16), True),
+        (5, "compile_mode", (0.97, 1.40), False),
+        (5, "amp_dtype", None, False),
+    ]
+    assert repro.straddling(rows) == [
+        "study 4: batch_size (called unresolved)",
+        "study 4: channels_last (called unresolved)",
+        "study 5: compile_mode (NOT called unresolved)",
+    ]
+
+
+def test_the_rows_are_the_knobs_the_recommendation_keeps_whatever_their_own_decision():
+    from types import SimpleNamespace
+
+    from autotune import Config
+    from autotune.decisions import Decision
+    from autotune.results import Contribution
+
+    baseline = Config(batch_size=32, accumulation_steps=4)
+    best = baseline.replace(amp_dtype="bf16", channels_last=True)
+
+    def contribution(knob, ratios):
+        return Contribution(knob, getattr(best, knob), getattr(baseline, knob), ratios)
+
+    dropped = contribution("channels_last", (0.84, 1.16, 1.0) * 2 + (1.1, 0.9))  # unresolved
+    kept = contribution("amp_dtype", (1.3, 2.0, 2.2))
+    assert not dropped.kept and dropped.unresolved and kept.kept
+    elsewhere = SimpleNamespace(best=SimpleNamespace(config=baseline), contributions=[kept])
+    results = [SimpleNamespace(best=SimpleNamespace(config=best), contributions=[kept, dropped]),
+               elsewhere]  # fmt: skip
+    rows = repro.kept_rows(results, baseline)
+    assert [(i, knob, unresolved) for i, knob, _, unresolved in rows] == [
+        (1, "amp_dtype", False),
+        (1, "channels_last", True),  # dropped by its own decision, kept in the config
+    ]
+    assert rows[1][2] == Decision(dropped.ratios, 1.03).interval
