@@ -3,7 +3,8 @@
 Each trial builds a new Trainer, of the user's class, from the user's model, dataset,
 collator, ``compute_loss_func``, callbacks and optimizers, with the ``TrainingArguments``
 :func:`autotune.hf.apply` writes for the config (the export's mapping), ``max_steps``
-set to the trial's steps. Everything the Trainer does per step runs: its sampler
+set to the most steps the trial can take (its timing callback stops the run once the
+window has its steps and its time). Everything the Trainer does per step runs: its sampler
 (``group_by_length``), gradient clipping (``max_grad_norm``), the scheduler, the
 callbacks, ``num_items_in_batch``. What a trial turns off, because it is not training
 speed and must not outlive the trial: saving checkpoints, evaluation, and reporting to
@@ -191,5 +192,7 @@ def _timing_callback(hooks: Hooks) -> Any:
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             hooks.step_end()
+            if hooks.done:  # the window has its steps and its time
+                control.should_training_stop = True
 
     return AutotuneTiming()

@@ -140,5 +140,7 @@ def _timing_callback(hooks: Hooks) -> Any:
             if trainer.global_step != self.step:
                 self.step = trainer.global_step
                 hooks.step_end()
+                if hooks.done:  # the window has its steps and its time
+                    trainer.should_stop = True
 
     return AutotuneTiming()

@@ -64,6 +64,11 @@ class Hooks(Protocol):
     def step_end(self) -> None:
         """An optimizer step (clipping, optimizer, scheduler, zero_grad) has finished."""
 
+    @property
+    def done(self) -> bool:
+        """Whether the trial has its window: the loop stops after this step (its
+        ``max_steps`` is the most the trial can take)."""
+
     def epoch(self, order: list[int], multiple: int) -> None:
         """One epoch's sample indices as the framework's sampler orders them, and the
         multiple its collator pads a batch's width to (before the run: the trial rates

@@ -2,13 +2,20 @@
 
 A workload from a ``transformers.Trainer`` or a Lightning pair carries its framework's
 loop (:class:`autotune.frameworks.loop.NativeLoop`). The trial sets the process-wide
-knobs as a training script would, runs the loop for the warm-up plus the measured steps,
-and times it from the hooks: the window runs from the end of the last warm-up step to the
-end of the last measured step, so it holds everything the framework does per step
+knobs as a training script would, runs the loop through the warm-up and the measured
+steps, and times it from the hooks: the window runs from the end of the last warm-up step
+to the end of the last measured step, so it holds everything the framework does per step
 (its sampler, collation, clipping, scheduler, callbacks, logging). Samples and real
 tokens are counted in the batches the framework hands the model; the step's loss is the
 framework's own sum of its micro-batches' losses. Memory, the accuracy guard, pruning on
 progress and compile counters work as in autotune's loop (:mod:`.loop`).
+
+The warm-up and the window each cover their least steps and their least time
+(``min_warmup_s``, ``min_window_s``), as in autotune's loop (:func:`.loop.run_phase`,
+:func:`autotune.trial_spec.steps_to_run`): the framework's ``max_steps`` is the most
+the two can take (:func:`most_steps`), and the hooks tell it to stop (:attr:`Window.done`)
+once the window has both. A Lightning pair at 20 ms a step was timed over 0.22 s (10
+steps) before (issue 41).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import torch
 from ..errors import WorkloadError
 from ..frameworks.loop import framework_frame
 from ..measurement import OK, TOKENS, Measurement
+from ..trial_spec import MAX_STEPS_FACTOR, steps_to_run
 from .apply import sdpa_backend
 from .build import Prepared
 from .clock import StepClock, peak_memory, reset_peak_memory, spread
@@ -37,6 +45,21 @@ from .loop import (
 )
 from .telemetry import open_window
 from .tokens import TokenCollate, count_batch
+
+WARMUP, TIMED, DONE = "warm-up", "window", "done"
+
+
+def most_steps(spec: Any) -> int:
+    """The most optimizer steps a framework trial of ``spec`` can take: its warm-up and
+    window each extended to their least time, at most ``MAX_STEPS_FACTOR`` times their
+    steps (:func:`autotune.trial_spec.steps_to_run`); the framework's ``max_steps``."""
+    warmup = spec.warmup_steps
+    if warmup and spec.min_warmup_s > 0:
+        warmup = 1 + max(warmup - 1, 1) * MAX_STEPS_FACTOR
+    window = spec.measured_steps
+    if spec.min_window_s > 0:
+        window = max(window, 1) * MAX_STEPS_FACTOR
+    return warmup + window
 
 
 def process_settings(config: Any, device: torch.device) -> contextlib.AbstractContextManager:
@@ -69,13 +92,20 @@ def batch_samples(batch: Any) -> int:
 
 class Window:
     """The :class:`~autotune.frameworks.loop.Hooks` a framework loop reports to: warm-up,
-    then the timed window, with the counts, losses and memory of the window's steps."""
+    then the timed window, with the counts, losses and memory of the window's steps.
+
+    ``warmup_steps`` and ``measured_steps`` start as the spec's least steps and end as
+    the steps each phase ran (extended to cover ``min_warmup_s`` and ``min_window_s``)."""
 
     def __init__(self, prepared: Prepared, progress_path: str | None, counted: bool) -> None:
         self.config, self.device = prepared.config, prepared.device
         self.count_tokens = prepared.workload.count_tokens
-        self.warmup_steps = prepared.spec.warmup_steps
-        self.measured_steps = prepared.spec.measured_steps
+        spec = prepared.spec
+        self.warmup_steps, self.least_warmup = spec.warmup_steps, spec.warmup_steps
+        self.measured_steps, self.least_window = spec.measured_steps, spec.measured_steps
+        self.min_warmup_s, self.min_window_s = spec.min_warmup_s, spec.min_window_s
+        self.phase = WARMUP
+        self.after_first = StepClock(self.device)  # the warm-up's steps after its first
         self.counted = counted
         self.progress_path = progress_path
         self.compiles = Compiles(self.config.compile_mode != "off")
@@ -100,7 +130,12 @@ class Window:
     @property
     def timing(self) -> bool:
         """Whether the window is open: after the warm-up, before the last measured step."""
-        return self.warmup_steps <= self.steps < self.warmup_steps + self.measured_steps
+        return self.phase == TIMED
+
+    @property
+    def done(self) -> bool:
+        """Whether the window has closed: the framework may stop."""
+        return self.phase == DONE
 
     def begin(self) -> None:
         self.begun = time.perf_counter()
@@ -145,22 +180,46 @@ class Window:
         self.steps += 1
         if self.steps == 1:
             self.compiles.first_step_done()
-        if self.steps == self.warmup_steps:
+            self.after_first.start()
+        if self.phase == WARMUP and self._warmup_over():
+            self.warmup_steps = self.steps
             self.warmup.stop()
             self._open()
-        elif self.steps > self.warmup_steps and self.progress is not None:
+        elif self.phase == TIMED and self.progress is not None:
             self.clock.mark()
             self.progress.update(self.clock)
-            if self.steps == self.warmup_steps + self.measured_steps:
+            if self._window_over():
+                self.measured_steps = self.steps - self.warmup_steps
+                self.phase = DONE
                 self.clock.stop()
                 self.telemetry.close()
                 self.peak = peak_memory(self.device)
         self.last_event = time.perf_counter()
 
+    def _warmup_over(self) -> bool:
+        """The warm-up's least steps are done and the steps after its first (which holds
+        compile and start-up) took ``min_warmup_s`` (:func:`.loop.run_warm_up`'s rule)."""
+        rest, least = self.steps - 1, self.least_warmup - 1
+        if rest < least:
+            return False
+        if self.min_warmup_s <= 0:
+            return True
+        return steps_to_run(rest, self.after_first.elapsed_s(), least, self.min_warmup_s) <= rest
+
+    def _window_over(self) -> bool:
+        """The window's least steps are done and they took ``min_window_s``."""
+        n = self.steps - self.warmup_steps
+        if n < self.least_window:
+            return False
+        if self.min_window_s <= 0:
+            return True
+        return steps_to_run(n, self.clock.elapsed_s(), self.least_window, self.min_window_s) <= n
+
     def _open(self) -> None:
         """Open the timed window."""
         if self.warmup_steps == 0:
             self.warmup.stop()
+        self.phase = TIMED
         reset_peak_memory(self.device)
         self.compile_before_window = self.compiles.spent_s()
         enabled = self.compiles.enabled
@@ -172,7 +231,7 @@ class Window:
             (lambda: self.real) if self.counted else None,
             (lambda: self.compiles.spent_s() - self.compile_before_window) if enabled else None,
             warmup_steps=self.warmup_steps,
-            min_window_s=0.0,  # the framework's max_steps is set ahead: docs/window.md
+            min_window_s=self.min_window_s,
         )
         self.telemetry = open_window(self.device)  # NVML, /proc, RAPL: docs/energy.md
         self.clock.start()
@@ -217,19 +276,19 @@ def measure_native(
     loop = workload.native
     counted = counts_tokens(workload)
     window = Window(prepared, progress_path, counted)
-    total = window.warmup_steps + window.measured_steps
     startup_s = time.perf_counter() - started
     try:
         with process_settings(config, device):
-            loop.train(config, device, total, window)
+            loop.train(config, device, most_steps(prepared.spec), window)
     except Exception as exc:  # the reason names where in the framework it failed
         frame = framework_frame(exc, loop.framework)
         exc.autotune_where = f"{loop.entry}, {frame}" if frame else loop.entry  # type: ignore[attr-defined]
         raise
-    if window.steps < total or window.begun is None:
+    if not window.done or window.begun is None:
+        least = window.least_warmup + window.least_window
         raise WorkloadError(
-            f"the {loop.framework} loop stopped after {window.steps} of {total} steps "
-            "(too few batches for the trial's steps?)"
+            f"the {loop.framework} loop stopped after {window.steps} steps, before the "
+            f"trial's window closed (at least {least}; too few batches for the trial's steps?)"
         )
     steps, window_s = window.measured_steps, window.clock.window_s
     recompile_s = window.compiles.spent_s() - window.compile_before_window

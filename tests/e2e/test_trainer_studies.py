@@ -28,7 +28,8 @@ def _study(tmp_path, workload: str, args: str, knobs: str):
         workload: {EXAMPLES}/{workload}
         workload_args: {args}
         knobs: {knobs}
-        trial: {{warmup_steps: 1, measured_steps: 2, timeout_s: 120}}
+        trial: {{warmup_steps: 1, measured_steps: 2, timeout_s: 120, min_warmup_s: 0,
+                 min_window_s: 0}}
         budget: {{n_trials: 2}}
         search: {{confirm_top: 0}}
         """)

@@ -25,22 +25,28 @@ TRAINERS = Path(__file__).parent / "trainers.py"
 WARMUP, MEASURED = 2, 4
 
 
-def _space(tmp_path: Path, function: str, args: dict, knobs: str = "{}") -> Path:
+# The least steps only (no least time), so that a test knows each phase's steps.
+STEPS_ONLY = "min_warmup_s: 0, min_window_s: 0"
+
+
+def _space(
+    tmp_path: Path, function: str, args: dict, knobs: str = "{}", times: str = STEPS_ONLY
+) -> Path:
     path = tmp_path / "space.yaml"
     path.write_text(
         textwrap.dedent(f"""
         workload: {TRAINERS}:{function}
         workload_args: {json.dumps(args)}
         knobs: {knobs}
-        trial: {{warmup_steps: {WARMUP}, measured_steps: {MEASURED}, timeout_s: 180}}
+        trial: {{warmup_steps: {WARMUP}, measured_steps: {MEASURED}, timeout_s: 180, {times}}}
         """)
     )
     return path
 
 
-def _trial(tmp_path: Path, function: str, args: dict, **values):
+def _trial(tmp_path: Path, function: str, args: dict, times: str = STEPS_ONLY, **values):
     """One trial of the workload ``function`` returns, at its own baseline and ``values``."""
-    space = load_space(_space(tmp_path, function, args))
+    space = load_space(_space(tmp_path, function, args, times=times))
     baseline = {"batch_size": 16, "accumulation_steps": 2}
     if function == "make_pair":
         baseline = {"batch_size": 64, "accumulation_steps": 1}
@@ -142,6 +148,28 @@ def test_a_trainer_whose_train_fails_is_a_failed_trial_naming_the_frames(tmp_pat
     assert "the user's callback broke" in m.reason
 
 
+@pytest.mark.parametrize("function", ["make_trainer", "make_pair"])
+def test_a_fast_step_framework_trials_window_lasts_its_least_time(tmp_path, function):
+    """The tiny Trainer and pair take milliseconds a step: MEASURED steps are a window
+    far under a second. With min_window_s the window goes on, in the framework's own
+    loop, until it has taken that long, and the framework stops there: its own callback
+    saw as many steps as the trial's warm-up and window ran. The warm-up covers
+    min_warmup_s alike. (Before, a framework trial ran exactly its least steps: a
+    Lightning pair at 20 ms a step was timed over 0.22 s.)"""
+    if function == "make_pair":
+        pytest.importorskip("lightning")
+    record = tmp_path / "record.json"
+    # The pair's step takes ~2 ms here: both times are under MAX_STEPS_FACTOR x the steps
+    times = "min_warmup_s: 0.05, min_window_s: 0.25"
+    m = _trial(tmp_path, function, {"record": str(record)}, times=times)
+    assert m.ok, m.reason
+    assert m.window_s >= 0.25 and m.measured_steps > MEASURED
+    assert m.warmup_s >= 0.05
+    seen = json.loads(record.read_text())["steps"]
+    assert seen == len(m.losses) and seen > WARMUP + m.measured_steps  # the warm-up's too
+    assert m.measured_steps <= MEASURED * 100  # never past MAX_STEPS_FACTOR
+
+
 def test_a_lightning_trial_runs_fit_with_the_exported_arguments(tmp_path):
     pytest.importorskip("lightning")
     record = tmp_path / "record.json"
@@ -207,7 +235,7 @@ def test_a_causal_lm_trainer_trial_weighs_its_micro_batches_by_their_tokens(tmp_
         f"workload: {ROOT / 'examples' / 'hf_causal_lm.py'}:make_trainer\n"
         "workload_args: {n: 256, hidden: 32, layers: 1}\n"
         "knobs: {}\n"
-        f"trial: {{warmup_steps: 1, measured_steps: 2, timeout_s: 180}}\n"
+        f"trial: {{warmup_steps: 1, measured_steps: 2, timeout_s: 180, {STEPS_ONLY}}}\n"
     )
     loaded = load_space(space)
     runs = {}
