@@ -106,6 +106,11 @@ class Window:
         self.min_warmup_s, self.min_window_s = spec.min_warmup_s, spec.min_window_s
         self.phase = WARMUP
         self.after_first = StepClock(self.device)  # the warm-up's steps after its first
+        # The steps (after the warm-up's first; of the window) at which a phase next asks
+        # its clock whether it has its time: a CUDA clock syncs when asked, so not at
+        # every step (as run_phase asks only where steps_to_run's estimate ends).
+        self.warmup_target = max(spec.warmup_steps - 1, 0)
+        self.window_target = spec.measured_steps
         self.counted = counted
         self.progress_path = progress_path
         self.compiles = Compiles(self.config.compile_mode != "off")
@@ -199,21 +204,25 @@ class Window:
     def _warmup_over(self) -> bool:
         """The warm-up's least steps are done and the steps after its first (which holds
         compile and start-up) took ``min_warmup_s`` (:func:`.loop.run_warm_up`'s rule)."""
-        rest, least = self.steps - 1, self.least_warmup - 1
-        if rest < least:
+        rest = self.steps - 1
+        if rest < self.warmup_target:
             return False
         if self.min_warmup_s <= 0:
             return True
-        return steps_to_run(rest, self.after_first.elapsed_s(), least, self.min_warmup_s) <= rest
+        least, elapsed = self.least_warmup - 1, self.after_first.elapsed_s()
+        self.warmup_target = steps_to_run(rest, elapsed, least, self.min_warmup_s)
+        return self.warmup_target <= rest
 
     def _window_over(self) -> bool:
         """The window's least steps are done and they took ``min_window_s``."""
         n = self.steps - self.warmup_steps
-        if n < self.least_window:
+        if n < self.window_target:
             return False
         if self.min_window_s <= 0:
             return True
-        return steps_to_run(n, self.clock.elapsed_s(), self.least_window, self.min_window_s) <= n
+        elapsed = self.clock.elapsed_s()
+        self.window_target = steps_to_run(n, elapsed, self.least_window, self.min_window_s)
+        return self.window_target <= n
 
     def _open(self) -> None:
         """Open the timed window."""
