@@ -241,13 +241,13 @@ class Confirmation:
         resumed confirmation runs the same one (its rounds have since settled some of
         the decisions that chose it). False when the rounds were cut short."""
         steps = conf.setdefault("steps", {})
+        if step not in steps and str(winner.number) in conf["ablations"]:
+            return True  # its ablations ran in rounds of its own
+        configs = self._ablations(conf, winner)
         if step not in steps:
-            if str(winner.number) in conf["ablations"]:
-                return True  # its ablations ran in rounds of its own
-            configs = self._ablations(conf, winner)
             steps[step] = [c.key() for c in self._owed(study, conf, winner, configs)]
             study.set_user_attr("confirmation", conf)
-        owed = [c for c in self._ablations(conf, winner) if c.key() in steps[step]]
+        owed = [c for c in configs if c.key() in steps[step]]
         if not owed:
             return True
         return self._rounds(study, conf, [*anchor, winner.config, *owed], winner)
@@ -258,8 +258,7 @@ class Confirmation:
         """The ablations (``configs``) of ``winner`` that its own rounds must run: those
         never paired with it, and those whose contribution is unresolved so far."""
         unpaired = {c.key() for c in self._unpaired(study, winner, configs)}
-        pins = {**conf.get("pins", {}), "final": winner.number}
-        result = self._confirmed(study, {**conf, "pins": pins})
+        result = self._as_winner(study, conf, winner)
         ablated = conf["ablations"][str(winner.number)]
         unresolved = {
             ablated[c.knob] for c in result.contributions if c.unresolved and c.knob in ablated
@@ -310,6 +309,15 @@ class Confirmation:
                 rounds.setdefault(t.config.key(), set()).add(t.round)
         ours = rounds.get(winner.config.key(), set())
         return [c for c in configs if not rounds.get(c.key(), set()) & ours]
+
+    def _as_winner(
+        self, study: optuna.Study, conf: dict[str, Any], subject: TrialRecord
+    ) -> TuneResult:
+        """The rounds so far read as if ``subject`` were the final winner: its decisions
+        (against the baseline and the runner-up, its knobs' contributions, its reduced
+        config), whatever the rounds rank first."""
+        pins = {**conf.get("pins", {}), "final": subject.number}
+        return self._confirmed(study, {**conf, "pins": pins})
 
     def _confirmed(self, study: optuna.Study, conf: dict[str, Any]) -> TuneResult:
         return TuneResult.from_trials(
@@ -403,8 +411,7 @@ class Confirmation:
         finalist led the first rounds (its ablations are in no round yet), and that
         subject could still end as the final winner, its knobs decided on 3 rounds
         (issue 41's reproducibility run, study 5)."""
-        pins = {**conf.get("pins", {}), "final": subject.number}
-        result = self._confirmed(study, {**conf, "pins": pins})
+        result = self._as_winner(study, conf, subject)
         keys = {c.key() for c in lineup}
         by_key = {c.key(): c for c in lineup}
         winner, runner_up = result.winner, result.runner_up
