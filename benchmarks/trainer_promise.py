@@ -21,8 +21,11 @@ batch_size=32,length_grouping=grouped`` adds a third config to every round (the 
 with those values: a practitioner's heuristic) and reports the recommendation over it.
 ``--warmup`` sets the untimed steps before the timed ones: a compiled config on text of
 varied length recompiles for new shapes for some tens of steps, which a trial counts as
-one-off compile time and a short timed run does not (docs/trainers.md). Run it on an
-idle machine; figures and their reading are in docs/trainers.md.
+one-off compile time and a short timed run does not (docs/trainers.md). A trial rates its
+window as the mean step of an epoch of the sampler's order (``autotune.trial.epoch``),
+so the timed steps are best whole epochs (the script prints how many they are: with
+``group_by_length`` a part of an epoch sits in one part of the sort). Run it on an idle
+machine; figures and their reading are in docs/trainers.md.
 """
 
 from __future__ import annotations
@@ -92,7 +95,12 @@ def _train_hf(trainer, config: dict, warmup: int, steps: int) -> dict:
         callbacks=[*user, Timer()],
     ).train()
     (t0, n0), (t1, n1) = marks[0], marks[-1]
-    return {"rate": (n1 - n0) / (t1 - t0), "unit": "tokens/s"}
+    per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps
+    return {
+        "rate": (n1 - n0) / (t1 - t0),
+        "unit": "tokens/s",
+        "epochs": steps * per_step / len(trainer.train_dataset),
+    }
 
 
 def _train_lightning(pair, config: dict, warmup: int, steps: int) -> dict:
@@ -138,7 +146,12 @@ def _train_lightning(pair, config: dict, warmup: int, steps: int) -> dict:
     trainer.fit(model, datamodule=data)
     (t0, n0, _), (t1, n1, _) = marks[0], marks[-1]
     # the first mark closes the warm-up's last step: its batches are before the window
-    return {"rate": (n1 - n0) / (t1 - t0), "unit": "samples/s"}
+    per_step = mapped["DataLoader"]["batch_size"] * mapped["Trainer"]["accumulate_grad_batches"]
+    return {
+        "rate": (n1 - n0) / (t1 - t0),
+        "unit": "samples/s",
+        "epochs": steps * per_step / len(loader.dataset),
+    }
 
 
 def child(which: str, warmup: int, steps: int, out: Path) -> None:
@@ -218,6 +231,11 @@ def main() -> None:
                 over.append(rates["best"]["rate"] / rates["versus"]["rate"])
                 line += f"; recommended/versus {over[-1]:.3f}x"
             print(f"  round {r + 1} ({' then '.join(order)}): {line} {unit}: {ratios[-1]:.3f}x")
+    epochs = rates["best"]["epochs"]
+    print(
+        f"timed window: {args.steps} optimizer steps after {args.warmup} = {epochs:.2f} "
+        f"epochs{'' if epochs == int(epochs) else ' (not whole: the study rates an epoch)'}"
+    )
     median = statistics.median(ratios)
     error = median / facts["predicted"] - 1
     print(
