@@ -125,8 +125,12 @@ def test_a_grouped_trial_is_rated_as_its_epoch_not_its_window(tmp_path):
     """A token trial in the Trainer's loop is rated as an epoch of the Trainer's own
     sampler (group_by_length: mega-batches each sorted longest first), its window's time
     scaled to the epoch's mean step (trial/epoch.py): its real tokens per step are the
-    epoch's mean, every sample once over its 16 steps, not the window's few."""
-    space = load_space(_space(tmp_path, "make_trainer", {"n": 512, "group_by_length": True}))
+    epoch's mean, every sample once over its 16 steps, not the window's few. The window
+    lasts half a second: the fit needs 4 steps within 3x the median step, which a window
+    of MEASURED (4) steps missed when one step was slow (the suite beside it, 2026-12-06)."""
+    times = "min_warmup_s: 0, min_window_s: 0.5"
+    args = {"n": 512, "group_by_length": True}
+    space = load_space(_space(tmp_path, "make_trainer", args, times=times))
     values = {**space.baseline.to_dict(), "batch_size": 32, "accumulation_steps": 1}
     config = Config.from_dict({**values, "length_grouping": "grouped"})
     (tmp_path / "probe").mkdir()
