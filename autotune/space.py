@@ -167,6 +167,13 @@ class SearchSettings:
             :data:`autotune.decisions.FLOOR_CAP`, 10%); under 2, the
             floor is ``min_gain``. The screening's order reads the median of the
             baseline's shares over these runs and its first.
+        best_runs: the most runs a search trial that becomes the best so far gets before
+            its figure is the bar (for pruning, the screening's next move, the
+            finalists): a second run at once, and more, up to this, while its runs
+            differ by more than the study's margin; its figure is their median. One
+            lucky run otherwise sets a bar the config itself cannot reach, and every
+            config measured after it is pruned or passed over against it. 1: the first
+            run is the figure. Spends no budget; never on a machine-free replay.
         ablate: in the same rounds, measure the winner with each knob that differs from
             the baseline set back to the baseline's value: each knob's contribution. Knobs
             whose contribution is within noise are dropped from the recommendation.
@@ -191,6 +198,7 @@ class SearchSettings:
     confirm_max_rounds: int = 8
     confirm_max_s: float = 600.0
     noise_runs: int = 2
+    best_runs: int = 3
 
     @property
     def max_rounds(self) -> int:

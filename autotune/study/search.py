@@ -13,6 +13,12 @@ then does one of:
 
 When the sampler settles on measured ground, an unmeasured neighbour of the best configs
 is queued at once instead (:func:`autotune.study.sampling.unmeasured`).
+
+Two kinds of run spend no budget: the baseline's back-to-back repeats (the noise floor,
+``search.noise_runs``) and the repeats of a new best (``search.best_runs``,
+:func:`best_due`): the best so far is the bar every later trial is pruned against, the
+screening moves from and the finalists are drawn by, so its figure is the median of its
+runs, not one run that may have been lucky.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from typing import Any
 import optuna
 
 from ..config import Config
-from ..decisions import margin
+from ..decisions import margin, noise_floor
 from ..measurement import PREDICTED_OVER_MEMORY
 from ..results import (
     BASELINE,
@@ -142,7 +148,7 @@ class Search:
         ground = Ground.of(study)
         while not self._over(ground, size, start):
             if not waiting_roles(study):  # a queued trial (a retry) comes first
-                if self._noise(study, ground):
+                if self._noise(study, ground) or self._again(study, ground):
                     ground = Ground.of(study)
                     continue
                 self._screen(study, ground)
@@ -159,19 +165,35 @@ class Search:
         base = next((t for t in ground.trials if t.role == BASELINE), None)
         if self.worker_index or base is None or not self._noise_due(ground):
             return False
-        attrs = {"role": REPEAT, "repeat_of": base.number}
-        study.enqueue_trial(encode(self.space, base.config), user_attrs=attrs)
+        return self._repeat(study, ground, base)
+
+    def _again(self, study: optuna.Study, ground: Ground) -> bool:
+        """Run the best search config so far once more when its figure is not yet the
+        median of enough runs (:func:`best_due`). One run per call; False when none is
+        due. Only the first worker runs them, as it runs the noise runs."""
+        if self.worker_index or not getattr(self.trials.backend, "noisy", True):
+            return False  # a replay answers the same every time
+        search = self.space.search
+        gain = margin(search.min_gain, baseline_floor(ground.trials))
+        best = best_due(ground.trials, search.best_runs, gain)
+        return best is not None and self._repeat(study, ground, best)
+
+    def _repeat(self, study: optuna.Study, ground: Ground, first: TrialRecord) -> bool:
+        """One more run of ``first``'s config, a repeat of it (never pruned, no budget
+        spent); False when another worker's queued trial came first."""
+        attrs = {"role": REPEAT, "repeat_of": first.number}
+        study.enqueue_trial(encode(self.space, first.config), user_attrs=attrs)
         trial = study.ask()
-        if trial.user_attrs.get("repeat_of") != base.number:
+        if trial.user_attrs.get("repeat_of") != first.number:
             # Another worker queued a trial between our check of the queue and our ask:
             # failed unrun, as a lost claim is in the loop. Rare: only the first worker
-            # makes noise runs, right after the baseline, with nothing queued.
+            # makes repeats, with nothing queued.
             self.trials.not_run(study, trial)
             return False
         sample(self.space, trial)
-        cold = base.measurement.compile_s  # charged as the confirmation charges a repeat
+        cold = first.measurement.compile_s  # charged as the confirmation charges a repeat
         record = self.trials.measure(
-            study, trial, base.config, repeat_of=base.number, cold_compile_s=cold
+            study, trial, first.config, repeat_of=first.number, cold_compile_s=cold
         )
         every = [*ground.trials, record]
         self.reporter.trial(record, best_of(every), baseline_of(every), ground.done, None)
@@ -359,7 +381,9 @@ class Search:
             if screening.MOVE in t.user_attrs
         }
         gain = margin(search.min_gain, baseline_floor(ground.trials))
-        begin = screening.starts(ground.trials, gain) or [self.space.baseline]
+        # Each config at the median of its runs: a new best's repeats (best_due) and the
+        # baseline's noise runs move where the next move starts.
+        begin = screening.starts(summarize(ground.trials), gain) or [self.space.baseline]
         found = screening.next_move(self.space, schedule, begin, made, ground.taken)
         if found is not None:
             move, config = found
@@ -396,3 +420,34 @@ class Search:
         device = str(self.capabilities.get("device", "cpu"))
         prediction = MemoryModel(trials, budget, device).predict(config)
         return prediction if prediction.over else None
+
+
+def best_due(trials: list[TrialRecord], best_runs: int, gain: float) -> TrialRecord | None:
+    """The best search config so far (:func:`~autotune.results.best_of`: each config at the
+    median of its runs) when it is due another run before its figure is the bar: it has
+    one run, or fewer than ``best_runs`` that differ by more than ``gain`` (their range
+    over their median, the study's margin). ``None`` when it is not, or the best is the
+    baseline (its noise runs repeat it) or a config of the confirmation's rounds.
+
+    On cpu.yaml (2026-12-06) one run of ``channels_last`` at 1.16x its later median set
+    the bar: the compiled config after it was pruned against that run and never seen
+    again, and the study recommended a config 14% slower than the best it could have
+    found."""
+    best = best_of(trials)
+    if best is None or best.role != SEARCH:
+        return None
+    key = best.config.key()
+    if any(t.round is not None and t.config.key() == key for t in trials):
+        return None  # the confirmation's rounds measure it
+    runs = [
+        t
+        for t in trials
+        if t.number == best.number
+        or (t.role == REPEAT and t.repeat_of == best.number and t.round is None)
+    ]
+    if len(runs) >= best_runs:
+        return None
+    if len(runs) == 1:
+        return best
+    spread = noise_floor([t.value for t in runs])
+    return best if spread is not None and spread > gain else None

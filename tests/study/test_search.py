@@ -480,3 +480,78 @@ def test_a_failed_reference_says_crash_or_numerics_and_only_numerics_hints_the_g
     assert reason in message and says in message and hint in message
     assert ("limits.accuracy: off" in message) == (status in ("nan", "oom"))
     assert len(backend.calls) == 1
+
+
+class _LuckyFirstRun(ReplayBackend):
+    """The table's rates, except ``lucky``'s first run at ``factor`` times its rate; its
+    answers vary, so the search runs a new best again (``search.best_runs``)."""
+
+    noisy = True
+
+    def __init__(self, table: dict, lucky: Config, factor: float) -> None:
+        super().__init__(table)
+        self.lucky, self.factor = lucky, factor
+
+    def run_trial(self, space, config, folder, best_value=None):
+        m = super().run_trial(space, config, folder, best_value)
+        first = [c.key() for c in self.calls].count(config.key()) == 1
+        if config.key() == self.lucky.key() and first:
+            return m.replace(samples_per_s=m.samples_per_s * self.factor)
+        return m
+
+
+@pytest.mark.parametrize("best_runs", [3, 1])
+def test_a_new_best_runs_again_before_its_figure_is_the_bar(write_space, tmp_path, best_runs):
+    """Batch 16 with a worker (480/s) first runs at 720/s, above the fastest config (bs 32
+    with a worker, 679/s). Run again, its runs differ by 40% (past the 3% margin), so it
+    runs a third time and stands at its median: the fastest config is the one finalist
+    (confirm_top 1) and the recommendation. The fastest's own two runs agree: no third.
+    With best_runs 1 the lucky run is the figure, the lucky config the finalist."""
+    lucky = Config(batch_size=16, accumulation_steps=2, num_workers=1)
+    fastest = Config(batch_size=32, accumulation_steps=1, num_workers=1)
+    text = SPACE.replace("SAMPLER", "grid").replace("CONFIRM", "1")
+    space = load_space(
+        write_space(text.replace("noise_runs: 0", f"noise_runs: 0, best_runs: {best_runs}"))
+    )
+    backend = _LuckyFirstRun(_table(), lucky, 1.5)
+    storage = f"sqlite:///{tmp_path}/s.db"
+    result = tune(space, storage=storage, out_dir=tmp_path, backend=backend)
+    study = optuna.load_study(study_name=space.study.name, storage=storage)
+    searched: dict[str, int] = {}  # runs of each config outside the confirmation's rounds
+    for t in study.trials:
+        if t.user_attrs.get("round") is None and t.user_attrs.get("role") != DUPLICATE:
+            key = Config.from_dict(t.user_attrs["config"]).key()
+            searched[key] = searched.get(key, 0) + 1
+    if best_runs == 1:
+        assert result.best.config.key() == lucky.key()
+        assert max(searched.values()) == 1
+        return
+    assert result.best.config.key() == fastest.key()
+    assert searched[lucky.key()] == 3 and searched[fastest.key()] == 2
+    # Each new best ran again at once (the grid's running maxima: each one repeated, the
+    # lucky one twice)...
+    repeats = [t for t in study.trials if t.user_attrs.get("role") == REPEAT]
+    searched_repeats = [t for t in repeats if t.user_attrs.get("round") is None]
+    assert all(t.number - t.user_attrs["repeat_of"] in (1, 2) for t in searched_repeats), [
+        (t.number, t.user_attrs["repeat_of"]) for t in searched_repeats
+    ]
+    # ... and spend no budget: the grid's 16 configs (n_trials 16) were all measured.
+    assert max(searched.values()) == 3 and len(searched) == 16
+
+
+def test_the_screening_moves_from_a_new_best_at_the_median_of_its_runs(write_space, tmp_path):
+    """The screening moves batch size to 32 (566/s), then to 16, whose first run is lucky
+    (640/s; 400/s in truth): run again, its median (520/s) is below batch 32's, so the
+    next move (a worker) starts from batch 32, not from the lucky run's config."""
+    text = SPACE.replace("SAMPLER", "tpe").replace("CONFIRM", "0")
+    space = load_space(write_space(text.replace("noise_runs: 0", "noise_runs: 0, screening: true")))
+    lucky = Config(batch_size=16, accumulation_steps=2)
+    backend = _LuckyFirstRun(_table(), lucky, 1.6)
+    result = tune(space, storage="memory", out_dir=tmp_path, backend=backend, n_trials=4)
+    moved = [(t.move, t.config.short()) for t in result.trials if t.move]
+    assert moved[:3] == [
+        ("batch_size=32", "bs=32"),
+        ("batch_size=16", "bs=16 acc=2"),
+        ("num_workers=1", "bs=32 workers=1"),
+    ], moved
+    assert [c.key() for c in backend.calls].count(lucky.key()) == 2  # no longer the best
