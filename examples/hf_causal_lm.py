@@ -24,9 +24,13 @@ VOCAB = 1024
 
 
 def paragraphs(n: int, seed: int = 0) -> list[str]:
-    """``n`` paragraphs of English from the standard library's docstrings."""
+    """``n`` paragraphs of English from the standard library's docstrings: each module's
+    own and those of what it defines (not what it imported: what a module holds of other
+    modules' objects depends on what the process imported before, so a process that
+    imports torch first read other text, 2026-12-06)."""
     found: list[str] = []
     skip = {"antigravity", "this", "idlelib", "turtledemo", "tkinter", "turtle"}
+    skip |= {"inspect", "typing"}  # what they define grows as other libraries use them
     for name in sorted(sys.stdlib_module_names):
         if name.startswith("_") or name in skip:
             continue
@@ -34,7 +38,8 @@ def paragraphs(n: int, seed: int = 0) -> list[str]:
             module = importlib.import_module(name)
         except Exception:  # noqa: BLE001  (a module that cannot import here has no text)
             continue
-        for obj in [module, *vars(module).values()]:
+        own = [v for v in vars(module).values() if getattr(v, "__module__", None) == name]
+        for obj in [module, *own]:
             doc = getattr(obj, "__doc__", None) if callable(obj) or obj is module else None
             for para in (doc if isinstance(doc, str) else "").split("\n\n"):
                 words = para.split()
