@@ -620,12 +620,14 @@ def baseline_runs(trials: list[TrialRecord]) -> list[TrialRecord]:
     base = next((t for t in trials if t.role == BASELINE), None)
     if base is None:
         return []
-    repeats = [
-        t
-        for t in trials
-        if t.role == REPEAT and t.repeat_of == base.number and t.round is None and t.feasible
-    ]
-    return [base, *repeats]
+    return [base, *(t for t in back_to_back(trials, base.number) if t.feasible)]
+
+
+def back_to_back(trials: list[TrialRecord], number: int) -> list[TrialRecord]:
+    """The repeats of trial ``number`` outside any confirmation round (the baseline's
+    noise runs, a new best's runs: ``search.noise_runs``, ``search.best_runs``), failed
+    ones included."""
+    return [t for t in trials if t.role == REPEAT and t.repeat_of == number and t.round is None]
 
 
 def _paired_ratios(trials: list[TrialRecord], a: TrialRecord, b: TrialRecord) -> tuple[float, ...]:

@@ -40,6 +40,7 @@ from ..results import (
     REPEAT,
     SEARCH,
     TrialRecord,
+    back_to_back,
     baseline_floor,
     baseline_of,
     baseline_runs,
@@ -208,11 +209,7 @@ class Search:
             return False
         if not getattr(self.trials.backend, "noisy", True):  # a replay: nothing to measure
             return False
-        made = sum(
-            t.role == REPEAT and t.repeat_of == base.number and t.round is None
-            for t in ground.trials
-        )
-        return made < self.space.search.noise_runs
+        return len(back_to_back(ground.trials, base.number)) < self.space.search.noise_runs
 
     def _widen_pruning(self, ground: Ground) -> None:
         """A trial is pruned only when it trails the best by more than twice the noise
@@ -439,12 +436,8 @@ def best_due(trials: list[TrialRecord], best_runs: int, gain: float) -> TrialRec
     key = best.config.key()
     if any(t.round is not None and t.config.key() == key for t in trials):
         return None  # the confirmation's rounds measure it
-    runs = [
-        t
-        for t in trials
-        if t.number == best.number
-        or (t.role == REPEAT and t.repeat_of == best.number and t.round is None)
-    ]
+    first = next(t for t in trials if t.number == best.number)
+    runs = [first, *back_to_back(trials, best.number)]
     if len(runs) >= best_runs:
         return None
     if len(runs) == 1:
