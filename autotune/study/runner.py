@@ -29,7 +29,7 @@ from ..trial_spec import SPAWNED_AT, STACKS_SIGNAL, TrialSpec, trial_spec
 from . import forks, stacks
 from .compile_cache import compile_cache, keep_machine_probe, machine_probe
 from .forks import FORK, SPAWN, Forked, LauncherError
-from .procs import group_memory_bytes
+from .procs import group_memory_over
 from .pruning import Pruner
 from .stacks import STACKS_WAIT_S, read_location
 
@@ -130,8 +130,8 @@ def _supervise(
             _kill_group(proc)
             return {"status": TIMEOUT, "reason": f"no result within {timeout_s:g} s; killed"}
         if memory_cap_bytes is not None:
-            used = group_memory_bytes(proc.pid)
-            if used > memory_cap_bytes:
+            used = group_memory_over(proc.pid, memory_cap_bytes)
+            if used is not None:
                 _kill_group(proc)
                 return {
                     "status": OOM,
