@@ -92,22 +92,6 @@ class TrialRecord:
         return (min(self.ratios), max(self.ratios)) if self.ratios else None
 
 
-def proven_gain(ratios: tuple[float, ...], min_gain: float) -> bool:
-    """Whether paired per-round ratios prove a gain of more than ``min_gain`` (the
-    study's margin: its noise floor, at least ``search.min_gain``): the sign test's
-    interval on their median lies above ``1 + min_gain``
-    (:func:`autotune.decisions.decide`).
-
-    An interval, not the median alone: a median over 3 rounds kept a knob whose rounds
-    spanned 0.95-1.21x, and dropped it in the next study. The sign test's, so that one
-    disturbed round cannot decide either way (requiring every round above the bar at any
-    count dropped a real 8x knob for one round a busy machine turned to 0.77x): from 6
-    rounds on, one may fall below. Rounds are added while a decision is unresolved
-    (:mod:`autotune.study.confirm`).
-    """
-    return Decision(tuple(ratios), 1 + min_gain).state == PROVEN
-
-
 def _half_range(ratios: tuple[float, ...]) -> float:
     return (max(ratios) - min(ratios)) / 2 if ratios else 0.0
 
@@ -119,11 +103,20 @@ class Contribution:
 
     ``ratios`` holds, per round, the winner's value over the ablated config's (above 1:
     the knob helps). ``failed`` is the reason the ablated config was infeasible (the knob
-    is then needed). The knob is ``kept`` when the ratios prove a gain of more than
-    ``min_gain`` (:func:`proven_gain`; the study's margin: its noise floor, at least
-    ``search.min_gain``), when it is needed, or when it was not measured; otherwise it is
-    dropped: within noise, or unresolved when the rounds ran out before the interval left
-    the threshold (the simpler config then wins).
+    is then needed). The knob is ``kept`` when the ratios keep its gain
+    (:attr:`autotune.decisions.Decision.stands`: the sign test's interval on their median
+    lies above ``1 + min_gain``, the study's margin, its noise floor at least
+    ``search.min_gain``; or it is unresolved there when the rounds ran out, with the
+    interval wholly above ``1 + least_gain``, ``search.min_gain``), when it is needed, or
+    when it was not measured; otherwise it is dropped: within noise, or unresolved with an
+    interval that reaches ``1 + least_gain`` (the simpler config then wins).
+
+    An interval, not the median alone: a median over 3 rounds kept a knob whose rounds
+    spanned 0.95-1.21x, and dropped it in the next study. The sign test's, so that one
+    disturbed round cannot decide either way (requiring every round above the bar at any
+    count dropped a real 8x knob for one round a busy machine turned to 0.77x): from 6
+    rounds on, one may fall below. Rounds are added while a decision is unresolved
+    (:mod:`autotune.study.confirm`).
     """
 
     knob: str
@@ -132,7 +125,8 @@ class Contribution:
     ratios: tuple[float, ...]
     trial: int | None = None  # the ablated config's trial
     failed: str = ""
-    min_gain: float = MIN_GAIN  # search.min_gain
+    min_gain: float = MIN_GAIN  # the study's margin: its noise floor, at least search.min_gain
+    least_gain: float = MIN_GAIN  # search.min_gain
 
     @property
     def median(self) -> float | None:
@@ -142,15 +136,16 @@ class Contribution:
     def kept(self) -> bool:
         if self.failed or not self.ratios:  # needed, or not measured: not proven neutral
             return True
-        return proven_gain(self.ratios, self.min_gain)
+        return self.decision.stands
 
     @property
     def decision(self) -> Decision:
-        return Decision(self.ratios, 1 + self.min_gain)
+        return Decision(self.ratios, 1 + self.min_gain, 1 + self.least_gain)
 
     @property
     def unresolved(self) -> bool:
-        """Dropped because the rounds ran out, not because it is proven within noise."""
+        """The rounds ran out before its interval left the margin: kept if the interval
+        lies above ``1 + least_gain``, else dropped (not proven within noise either)."""
         return not self.failed and bool(self.ratios) and self.decision.state == UNRESOLVED
 
     def to_dict(self) -> dict[str, Any]:
@@ -165,6 +160,7 @@ class Contribution:
             else None,
             "rounds": len(self.ratios),
             "min_gain": self.min_gain,
+            "least_gain": self.least_gain,
             "decision": self.decision.to_dict() if self.ratios else None,
             "kept": self.kept,
             "failed": self.failed or None,
@@ -194,7 +190,7 @@ class Reduction:
     """The winner with its neutral knobs (``knobs``) back at the baseline's values,
     measured in paired rounds with the winner: ``ratios`` per round, reduced over winner.
     ``accepted`` when it is within noise of the winner: the winner does not prove a gain
-    over it (:func:`proven_gain`, the rule that keeps a knob, so for one dropped knob,
+    over it (the rule that keeps a knob, :attr:`Contribution.kept`, so for one dropped knob,
     whose ablation is the reduced config, the two always agree). It is then the
     recommendation. Several dropped knobs are measured together in rounds of their own:
     if together they are worth more than the noise, the rounds show it and the winner
@@ -203,7 +199,8 @@ class Reduction:
     knobs: tuple[str, ...]
     record: TrialRecord | None
     ratios: tuple[float, ...]
-    min_gain: float = MIN_GAIN  # search.min_gain
+    min_gain: float = MIN_GAIN  # the study's margin: its noise floor, at least search.min_gain
+    least_gain: float = MIN_GAIN  # search.min_gain
 
     @property
     def median(self) -> float | None:
@@ -211,17 +208,20 @@ class Reduction:
 
     @property
     def decision(self) -> Decision:
-        """The winner against the reduced config, per round: proven faster by more than
-        the margin (the winner is kept), within noise or unresolved (the reduced config,
-        the simpler, is taken)."""
-        return Decision(tuple(1 / r for r in self.ratios if r), 1 + self.min_gain)
+        """The winner against the reduced config, per round: its gain stands (proven
+        faster by more than the margin, or unresolved there with its interval above
+        ``1 + least_gain``: the winner is kept), or not (the reduced config, the
+        simpler, is taken)."""
+        return Decision(
+            tuple(1 / r for r in self.ratios if r), 1 + self.min_gain, 1 + self.least_gain
+        )
 
     @property
     def accepted(self) -> bool:
         if self.record is None or not self.record.feasible or not self.ratios:
             return False
-        # The mirror of a knob's test: rejected when the winner proves a gain over it.
-        return not proven_gain(tuple(1 / r for r in self.ratios if r), self.min_gain)
+        # The mirror of a knob's test: rejected when the winner's gain over it stands.
+        return not self.decision.stands
 
 
 @dataclass(frozen=True)
@@ -257,6 +257,7 @@ class TuneResult:
     # and the gain every decision must prove: the floor, at least search.min_gain.
     noise_floor: float | None = None
     margin: float = MIN_GAIN
+    min_gain: float = MIN_GAIN  # search.min_gain: what a gain unresolved at the margin must prove
     # Per round both ran in: the winner's value over the runner-up's.
     lead_ratios: tuple[float, ...] = ()
     # What the values are (trial.objective): "throughput" (units/s) or "energy" (units/J).
@@ -292,7 +293,7 @@ class TuneResult:
         trials = summarize(raw)
         baseline = next((t for t in trials if t.role == BASELINE), None)
         floor = baseline_floor(raw)
-        min_gain = margin(min_gain, floor)
+        least, min_gain = min_gain, margin(min_gain, floor)
         conf = confirmation or {}
         by_number = {t.number: t for t in trials}
         finalists = [by_number[n] for n in conf.get("finalists", []) if n in by_number]
@@ -319,8 +320,8 @@ class TuneResult:
         contributions: list[Contribution] = []
         reduction = None
         if winner is not None and baseline is not None:
-            contributions = _contributions(raw, trials, winner, baseline, conf, min_gain)
-            reduction = _reduction(raw, trials, winner, conf, min_gain)
+            contributions = _contributions(raw, trials, winner, baseline, conf, min_gain, least)
+            reduction = _reduction(raw, trials, winner, conf, min_gain, least)
         best = reduction.record if reduction is not None and reduction.accepted else winner
         runner_up = top[1] if len(top) > 1 else None
         lead = _paired_ratios(raw, winner, runner_up) if winner and runner_up else ()
@@ -337,6 +338,7 @@ class TuneResult:
             knob_time=knob_costs(raw),
             noise_floor=floor,
             margin=min_gain,
+            min_gain=least,
             lead_ratios=lead,
             **kwargs,
         )
@@ -694,9 +696,11 @@ def _contributions(
     baseline: TrialRecord,
     conf: dict[str, Any],
     min_gain: float = MIN_GAIN,
+    least: float = MIN_GAIN,
 ) -> list[Contribution]:
     """Each ablated knob of ``winner`` (``conf["ablations"]``), from the rounds where both
-    the winner and its ablation ran."""
+    the winner and its ablation ran; ``min_gain`` the study's margin, ``least``
+    ``search.min_gain``."""
     ablations = conf.get("ablations", {}).get(str(winner.number), {})
     if not ablations:
         return []
@@ -722,6 +726,7 @@ def _contributions(
                 record.number if record else None,
                 failed,
                 min_gain,
+                least,
             )
         )
     return out
@@ -733,6 +738,7 @@ def _reduction(
     winner: TrialRecord,
     conf: dict[str, Any],
     min_gain: float = MIN_GAIN,
+    least: float = MIN_GAIN,
 ) -> Reduction | None:
     """The winner's reduced config (``conf["reduced"]``) against the winner, by round."""
     reduced = conf.get("reduced", {}).get(str(winner.number))
@@ -746,7 +752,7 @@ def _reduction(
         if theirs[r].feasible and ours[r].feasible and ours[r].value
     )
     record = next((t for t in summary if t.config.key() == reduced["key"]), None)
-    return Reduction(tuple(reduced["knobs"]), record, ratios, min_gain)
+    return Reduction(tuple(reduced["knobs"]), record, ratios, min_gain, least)
 
 
 def ranked(trials: list[TrialRecord]) -> list[TrialRecord]:

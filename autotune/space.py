@@ -160,7 +160,9 @@ class SearchSettings:
         confirm_rounds: the least paired rounds of each plan of the confirmation. Rounds
             are added while a decision is unresolved (:mod:`autotune.decisions`), up to
             ``confirm_max_rounds`` and, past the least, ``confirm_max_s`` seconds of the
-            confirmation; a decision still unresolved then goes to the simpler config.
+            confirmation. A knob's (or the reduced config's) decision still unresolved
+            then stands if its interval lies wholly above ``1 + min_gain``; otherwise it
+            goes to the simpler config, as does an unresolved lead (a tie).
         noise_runs: right after the baseline, run it this many more times back to back:
             their spread (the first, cold run left out) is the study's noise floor, the
             least gain any decision must prove (never below ``min_gain``, never above
@@ -178,7 +180,8 @@ class SearchSettings:
             the baseline set back to the baseline's value: each knob's contribution. Knobs
             whose contribution is within noise are dropped from the recommendation.
         min_gain: a knob stays only if its per-round gains prove more than this (0.03: 3%)
-            or than the study's noise floor (counted up to 10%), whichever is larger.
+            or than the study's noise floor (counted up to 10%), whichever is larger; or,
+            unresolved against the floor when the rounds run out, more than this.
         predict_memory: skip a sampled config that the study's memory model (fitted from
             its trials, :mod:`autotune.study.memory`) predicts over the memory budget;
             it is recorded as ``predicted-over-memory`` instead of run.

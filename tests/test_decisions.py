@@ -11,6 +11,7 @@ from autotune.decisions import (
     PROVEN,
     UNRESOLVED,
     WITHIN,
+    Decision,
     bound_rank,
     decide,
     interval,
@@ -54,3 +55,20 @@ def test_the_noise_floor_and_the_margin():
     assert margin(0.03, 0.08) == 0.08 and margin(0.03, 0.01) == 0.03 and margin(0.03, None) == 0.03
     # A floor past FLOOR_CAP (one disturbed run) counts up to it; a larger min_gain stands
     assert margin(0.03, 0.454) == FLOOR_CAP == 0.10 and margin(0.15, 0.454) == 0.15
+
+
+def test_a_gain_stands_when_proven_or_unresolved_above_the_least_gain():
+    # Proven above the margin: stands, with or without a least gain.
+    assert Decision((1.12, 1.13, 1.14), 1.10).stands
+    # Across the margin (1.10), above the least gain (1.03): stands.
+    across = (1.06, 1.12, 1.20)
+    assert Decision(across, 1.10).state == "unresolved"
+    assert Decision(across, 1.10, 1.03).stands
+    assert not Decision(across, 1.10).stands  # no least gain: the simpler side
+    # Across the margin and reaching the least gain: does not stand.
+    assert not Decision((1.02, 1.12, 1.20), 1.10, 1.03).stands
+    # Proven below the margin though above the least gain: within noise, not a gain.
+    below = (1.05, 1.06, 1.07)
+    assert Decision(below, 1.10, 1.03).state == "within noise"
+    assert not Decision(below, 1.10, 1.03).stands
+    assert Decision(across, 1.10, 1.03).to_dict()["stands"] is True

@@ -124,7 +124,9 @@ def noise_fact(result: TuneResult) -> Fact:
     return Fact(
         "noise_floor",
         "noise floor",
-        f"{text}; a decision needs a gain above {result.margin:.1%} in its paired rounds",
+        f"{text}; a decision needs a gain above {result.margin:.1%} in its paired rounds; "
+        f"one still unresolved when they run out stands if they prove above "
+        f"{result.min_gain:.1%} (search.min_gain)",
     )
 
 
@@ -138,6 +140,11 @@ def decision_text(d: Decision, win: str = "kept", lose: str = "dropped") -> str:
         return f"{win} ({span} above {bar}, {d.rounds} rounds)"
     if d.state == WITHIN:
         return f"within noise ({span} below {bar}, {d.rounds} rounds): {lose}"
+    if d.stands:  # proven above the least gain, not past the margin: the gain is taken
+        return (
+            f"unresolved after {d.rounds} rounds ({span} across {bar}), "
+            f"above the least gain {d.least:.2f}x: {win}"
+        )
     return f"unresolved after {d.rounds} rounds ({span} across {bar}): {lose}, the simpler config"
 
 
@@ -176,10 +183,13 @@ def _proof_facts(result: TuneResult) -> list[Fact]:
             elif not record.feasible:
                 why = f"without {dropped}: {record.status}: {record.reason}"
             else:
+                proven = reduction.decision.state == PROVEN
+                gain = reduction.min_gain if proven else reduction.least_gain
                 why = (
                     f"{dropped} (each within noise) are worth more than "
-                    f"{reduction.min_gain:.0%} together (reduced/full median "
-                    f"{reduction.median:.3f})"
+                    f"{gain:.0%} together (reduced/full median {reduction.median:.3f}"
+                    + ("" if proven else f"; unresolved at the {reduction.min_gain:.0%} margin")
+                    + ")"
                 )
             facts.append(
                 Fact(

@@ -13,6 +13,7 @@ import yaml
 
 from autotune import Config, Measurement, load_space, tune
 from autotune.decisions import FLOOR_CAP
+from autotune.output.facts import contribution_text
 from autotune.output.report import report_data
 from autotune.results import BASELINE, CONFIRM, REPEAT
 from autotune.study.replay import ReplayBackend
@@ -557,6 +558,37 @@ def test_the_noise_floor_moves_the_keep_threshold(write_space, tmp_path, dip, ga
     assert result.noise_floor == pytest.approx(floor)
     assert result.margin == pytest.approx(max(0.03, min(floor, FLOOR_CAP)))
     assert report_data(result, {})["noise_floor"] == pytest.approx(floor)
+
+
+@pytest.mark.parametrize("low, kept", [(1.06, True), (1.02, False)])
+def test_a_gain_unresolved_at_the_cap_stands_where_its_rounds_prove_the_least_gain(
+    write_space, tmp_path, low, kept
+):
+    """Margin 10% (the baseline's repeats 12% apart), rounds capped at 5: checkpointing
+    worth 1.12x and ``low`` in turns leaves an interval across 1.10x, unresolved. Above
+    1.03x (search.min_gain) the gain stands: kept, the full winner recommended; reaching
+    it, dropped for the simpler config."""
+    text = SPACE.replace("noise_runs: 0,", "noise_runs: 2,")
+    space = load_space(write_space(text.replace("confirm_max_rounds: 8", "confirm_max_rounds: 5")))
+    backend = NoisyBaseline(_table(STEADY), [1.12, low] * 6, 0.88)
+    result = tune(space, storage="memory", out_dir=tmp_path, backend=backend)
+    assert result.margin == pytest.approx(FLOOR_CAP) and result.min_gain == 0.03
+    ckpt = next(c for c in result.contributions if c.knob == "gradient_checkpointing")
+    assert len(ckpt.ratios) == 5 and ckpt.unresolved
+    assert ckpt.decision.interval == pytest.approx((low, 1.12))
+    assert ckpt.kept is kept
+    assert result.best.config.gradient_checkpointing is kept
+    text = contribution_text(ckpt)
+    if kept:
+        assert "unresolved after 5 rounds (interval 1.06-1.12x across 1.10x)" in text, text
+        assert text.endswith("above the least gain 1.03x: kept"), text
+    else:
+        assert text.endswith("dropped, the simpler config"), text
+    (entry,) = [
+        c for c in report_data(result, {})["contributions"] if c["knob"] == "gradient_checkpointing"
+    ]
+    assert entry["decision"]["state"] == "unresolved" and entry["decision"]["stands"] is kept
+    assert entry["kept"] is kept
 
 
 class LedByAnother(RoundByRound):
