@@ -69,3 +69,32 @@ def test_the_tabular_mlp_learns_the_teacher_through_autotunes_step():
     batches = iter(applied.loader)
     losses = [float(applied.train_step(batches)) for _ in range(20)]
     assert sum(losses[-5:]) / 5 < 0.85 * math.log(4)
+
+
+def test_the_sensor_windows_are_band_passed_as_they_load_and_the_same_every_time():
+    """examples/lightning_sensors.py: each item is its raw window with the spectrum outside
+    the pass band zeroed, normalised per channel; two data modules read the same items."""
+    import importlib.util
+
+    import pytest
+
+    pytest.importorskip("lightning.pytorch")
+    spec = importlib.util.spec_from_file_location("sensors", ROOT / "examples/lightning_sensors.py")
+    sensors = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sensors)
+    module, data = sensors.make_trainer(n=64, length=256, width=8)
+    data.setup("fit")
+    x, y = data.train_set[3]
+    assert x.shape == (6, 256) and 0 <= int(y) < len(sensors.BANDS)
+    spectrum = torch.fft.rfft(x, dim=-1).abs()
+    bins = torch.fft.rfftfreq(256, 1 / sensors.RATE)
+    outside = (bins < sensors.PASS[0]) | (bins > sensors.PASS[1])
+    assert spectrum[:, outside].max() < 1e-3 * spectrum.max()  # filtered
+    assert torch.fft.rfft(data.train_set.raw[3], dim=-1).abs()[:, outside].max() > 1.0
+    assert torch.allclose(x.mean(-1), torch.zeros(6), atol=1e-4)
+    assert torch.allclose(x.std(-1), torch.ones(6), atol=1e-3)
+    again = sensors.make_trainer(n=64, length=256, width=8)[1]
+    again.setup("fit")
+    assert torch.equal(again.train_set[3][0], x)
+    batch, labels = next(iter(data.train_dataloader()))
+    assert module(batch).shape == (32, len(sensors.BANDS)) and labels.shape == (32,)
