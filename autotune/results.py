@@ -549,7 +549,10 @@ def knob_costs(raw: list[TrialRecord]) -> list[KnobCost]:
 
 def summarize(trials: list[TrialRecord]) -> list[TrialRecord]:
     """One record per measured config; duplicates dropped, repeats folded into their
-    original (feasible only if every run was).
+    original (feasible only if every run was; a search run that was pruned does not
+    count against a config that then ran in paired rounds: pruning stopped it against
+    the best so far, and the rounds measured it in full, as an ablation or the reduced
+    config of the winner often is).
 
     A config with runs in paired confirmation rounds takes the medians over those rounds
     (value, rates: :func:`aggregate`) and its per-round ratios to the baseline's run of
@@ -575,9 +578,10 @@ def summarize(trials: list[TrialRecord]) -> list[TrialRecord]:
         counted = paired or runs
         values = [r.value for r in counted]
         median = statistics.median(values)
-        bad = next((r for r in runs if not r.feasible), None)
-        status, reason = (t.status, t.reason)
-        if bad is not None and t.feasible:
+        judged = [r for r in runs if not (paired and r.round is None and r.status == PRUNED)]
+        bad = next((r for r in judged if not r.feasible), None)
+        status, reason = (t.status, t.reason) if t in judged else (OK, "")
+        if bad is not None and status == OK:
             status, reason = bad.status, f"repeat run #{bad.number}: {bad.reason}"
         ratios = tuple(
             r.value / base_rounds[r.round]

@@ -11,6 +11,7 @@ from autotune.results import (
     SEARCH,
     Contribution,
     Reduction,
+    summarize,
     write_best_config,
 )
 
@@ -214,6 +215,44 @@ def test_the_reduced_config_mirrors_a_knob_unresolved_at_the_cap():
         cut = Reduction(("num_workers", "pin_memory"), reduced, ratios, 0.10, 0.03)
         assert cut.accepted is not kept, full
         assert cut.decision.stands is kept, full
+
+
+def test_a_config_pruned_in_the_search_and_measured_in_the_rounds_is_feasible():
+    """On cpu.yaml (2026-12-06, study 1) the winner's batch-size ablation had been pruned in
+    the search; it then ran 8 full rounds, but its record stayed "pruned", so the reduced
+    config could not be taken ("without batch_size: pruned ...: the full winner is
+    kept"). A failed search run still counts; a pruned config with no rounds stays
+    pruned."""
+    from dataclasses import replace
+
+    def rounds(number, batch, values, of):
+        return [
+            replace(run(number + i, batch, v, REPEAT, of), round=i) for i, v in enumerate(values)
+        ]
+
+    base = [run(0, 8, 100.0, BASELINE), *rounds(10, 8, [100.0, 100.0, 100.0], 0)]
+    winner = [run(1, 32, 130.0), *rounds(20, 32, [131.0, 129.0, 130.0], 1)]
+    pruned = [run(2, 16, 60.0, status="pruned", reason="pruned after 3/12 measured steps")]
+    ablation = [*pruned, *rounds(30, 16, [128.0, 129.0, 127.0], 2)]
+    failed = [run(3, 64, 0.0, status="oom", reason="out of memory")]
+    failed += rounds(40, 64, [140.0, 141.0, 139.0], 3)
+    never = [run(4, 128, 50.0, status="pruned", reason="pruned after 2/12 measured steps")]
+    raw = [*base, *winner, *ablation, *failed, *never]
+    by_number = {t.number: t for t in summarize(raw)}
+    assert by_number[2].feasible and by_number[2].ratios == (1.28, 1.29, 1.27)
+    assert by_number[2].reason == ""
+    assert by_number[3].status == "oom"  # a failure is a failure, whatever ran after
+    assert by_number[4].status == "pruned"
+    # As the reduced config (the winner without its batch size, within noise): taken.
+    key = Config(batch_size=16).key()
+    conf = {
+        "finalists": [1],
+        "ablations": {"1": {"batch_size": key}},
+        "reduced": {"1": {"knobs": ["batch_size"], "key": key}},
+    }
+    result = TuneResult.from_trials("s", "m", raw, confirmation=conf)
+    assert result.winner.number == 1 and result.reduction.record.number == 2
+    assert result.best.number == 2
 
 
 def test_aggregate_keeps_the_largest_device_memory_and_any_throttle_of_the_runs():
