@@ -257,7 +257,7 @@ class TuneResult:
     # and the gain every decision must prove: the floor, at least search.min_gain.
     noise_floor: float | None = None
     margin: float = MIN_GAIN
-    min_gain: float = MIN_GAIN  # search.min_gain: what a gain unresolved at the margin must prove
+    least_gain: float = MIN_GAIN  # search.min_gain: what a gain unresolved at the margin must prove
     # Per round both ran in: the winner's value over the runner-up's.
     lead_ratios: tuple[float, ...] = ()
     # What the values are (trial.objective): "throughput" (units/s) or "energy" (units/J).
@@ -338,7 +338,7 @@ class TuneResult:
             knob_time=knob_costs(raw),
             noise_floor=floor,
             margin=min_gain,
-            min_gain=least,
+            least_gain=least,
             lead_ratios=lead,
             **kwargs,
         )

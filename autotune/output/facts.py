@@ -126,7 +126,7 @@ def noise_fact(result: TuneResult) -> Fact:
         "noise floor",
         f"{text}; a decision needs a gain above {result.margin:.1%} in its paired rounds; "
         f"one still unresolved when they run out stands if they prove above "
-        f"{result.min_gain:.1%} (search.min_gain)",
+        f"{result.least_gain:.1%} (search.min_gain)",
     )
 
 

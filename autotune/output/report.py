@@ -150,7 +150,7 @@ def report_data(result: TuneResult, profiles: dict[int, dict[str, Any]]) -> dict
         "contributions": [c.to_dict() for c in result.contributions],
         "noise_floor": result.noise_floor,
         "margin": result.margin,
-        "min_gain": result.min_gain,
+        "least_gain": result.least_gain,
         "decisions": {
             "winner_vs_baseline": d.to_dict() if (d := result.gain_decision) else None,
             "winner_vs_runner_up": d.to_dict() if (d := result.lead_decision) else None,

@@ -572,7 +572,7 @@ def test_a_gain_unresolved_at_the_cap_stands_where_its_rounds_prove_the_least_ga
     space = load_space(write_space(text.replace("confirm_max_rounds: 8", "confirm_max_rounds: 5")))
     backend = NoisyBaseline(_table(STEADY), [1.12, low] * 6, 0.88)
     result = tune(space, storage="memory", out_dir=tmp_path, backend=backend)
-    assert result.margin == pytest.approx(FLOOR_CAP) and result.min_gain == 0.03
+    assert result.margin == pytest.approx(FLOOR_CAP) and result.least_gain == 0.03
     ckpt = next(c for c in result.contributions if c.knob == "gradient_checkpointing")
     assert len(ckpt.ratios) == 5 and ckpt.unresolved
     assert ckpt.decision.interval == pytest.approx((low, 1.12))
