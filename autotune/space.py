@@ -159,10 +159,11 @@ class SearchSettings:
             rank by the median of their per-round ratios to the baseline.
         confirm_rounds: the least paired rounds of each plan of the confirmation. Rounds
             are added while a decision is unresolved (:mod:`autotune.decisions`), up to
-            ``confirm_max_rounds`` and, past the least, ``confirm_max_s`` seconds of the
-            confirmation. A knob's (or the reduced config's) decision still unresolved
-            then stands if its interval lies wholly above ``1 + min_gain``; otherwise it
-            goes to the simpler config, as does an unresolved lead (a tie).
+            ``confirm_max_rounds`` and for at most ``confirm_max_s`` seconds past each
+            plan's least rounds (0: none past the least). A knob's (or the reduced
+            config's) decision still unresolved then stands if its interval lies wholly
+            above ``1 + min_gain``; otherwise it goes to the simpler config, as does an
+            unresolved lead (a tie).
         noise_runs: right after the baseline, run it this many more times back to back:
             their spread (the first, cold run left out) is the study's noise floor, the
             least gain any decision must prove (never below ``min_gain``, never above
@@ -198,8 +199,8 @@ class SearchSettings:
     prune_after: float = 0.3
     confirm_top: int = 2
     confirm_rounds: int = 3
-    confirm_max_rounds: int = 8
-    confirm_max_s: float = 600.0
+    confirm_max_rounds: int = 20
+    confirm_max_s: float = 300.0
     noise_runs: int = 2
     best_runs: int = 3
 

@@ -142,7 +142,7 @@ def _into_flow(line: str, section: str, entries: str) -> str | None:
 def quick_rounds(text: str) -> str:
     """A test space's confirmation runs its ``confirm_rounds`` and no more: a flow-style
     ``search: {...}`` line that says nothing of ``confirm_max_rounds`` or
-    ``confirm_max_s`` gets ``confirm_max_s: 0.001`` (no time for a round past the least).
+    ``confirm_max_s`` gets ``confirm_max_s: 0`` (no round past the least).
     Tiny workloads leave many decisions unresolved, and up to 8 rounds of every live
     study would triple the suite; the added rounds are tested on replayed studies
     (tests/study/test_confirm.py) and in tests/e2e/test_ablation.py, which asks for them."""
@@ -150,7 +150,7 @@ def quick_rounds(text: str) -> str:
         return text
     lines = text.splitlines()
     for i, line in enumerate(lines):
-        quick = _into_flow(line, "search", "confirm_max_s: 0.001")
+        quick = _into_flow(line, "search", "confirm_max_s: 0")
         if quick is not None:
             lines[i] = quick
             return "\n".join(lines) + "\n"

@@ -96,7 +96,7 @@ def test_problems_are_gathered_and_name_file_and_key(write_space):
             "workload: m:f\nsearch: {confirm_rounds: 5, confirm_max_rounds: 4}\n",
             r"search.confirm_max_rounds: must be at least search.confirm_rounds \(5\) but got 4",
         ),
-        ("workload: m:f\nsearch: {confirm_max_s: 0}\n", "search.confirm_max_s: must be"),
+        ("workload: m:f\nsearch: {confirm_max_s: -1}\n", "search.confirm_max_s: must be"),
         ("workload: m:f\nsearch: {noise_runs: -1}\n", "search.noise_runs: must be an integer"),
         (
             "workload: m:f\ntrial: {planned_steps: 10, cost_per_hour: -2}\n",

@@ -156,7 +156,8 @@ class Confirmation:
         self.notes = notes
         self.reporter = reporter
         self.trials = trials
-        self.started = time.monotonic()  # of the confirmation: its time cap counts from it
+        # When the running lineup's least rounds ended: its time cap counts from then.
+        self.past_least = time.monotonic()
 
     def confirm(self, study: optuna.Study) -> None:
         """Paired, rotated rounds after the search (the lineups of this module's docstring):
@@ -165,7 +166,6 @@ class Confirmation:
         if search.confirm_top == 0 or search.confirm_rounds == 0:
             return
         self._drop_orphan_runs(study)
-        self.started = time.monotonic()
         summary = summarize(records(study))
         by_number = {t.number: t for t in summary}
         conf = dict(study.user_attrs.get("confirmation", {}))
@@ -338,8 +338,9 @@ class Confirmation:
         """Run ``lineup`` in paired rounds, each in a rotated order: ``search.confirm_rounds``
         of them, then more while a decision of ``subject`` (the winner whose ablations or
         reduced config the lineup holds) is unresolved (:meth:`_undecided`), up to
-        ``search.confirm_max_rounds`` and, past the least rounds, ``search.confirm_max_s``
-        seconds of the confirmation. A round past the
+        ``search.confirm_max_rounds`` and for at most ``search.confirm_max_s`` seconds
+        past the least rounds (each lineup's own: a lineup that comes later is not left
+        with its least rounds because an earlier one spent the time). A round past the
         least runs the baseline and the configs of the unresolved decisions only. Runs an
         interrupted confirmation already made are not made again. False when the rounds
         were cut short (queued trials of another worker come first)."""
@@ -356,6 +357,8 @@ class Confirmation:
             if index < search.confirm_rounds:
                 configs = lineup
             else:
+                if index == search.confirm_rounds:
+                    self.past_least = time.monotonic()
                 configs = self._undecided(study, conf, lineup, subject)
                 if not configs or not self._more_rounds(conf, lineup, index, configs):
                     return True
@@ -376,13 +379,13 @@ class Confirmation:
         caps. It is then counted in the lineup's rounds; else the note says what stays
         unresolved."""
         search = self.space.search
-        spent = time.monotonic() - self.started
+        spent = time.monotonic() - self.past_least
         if index >= search.max_rounds or spent >= search.confirm_max_s:
             why = (
                 f"after {index} rounds (search.confirm_max_rounds)"
                 if index >= search.max_rounds
-                else f"after {index} rounds: the confirmation's {search.confirm_max_s:.0f} s "
-                "(search.confirm_max_s) are spent"
+                else f"after {index} rounds: the {search.confirm_max_s:g} s past the least "
+                "rounds (search.confirm_max_s) are spent"
             )
             names = ", ".join(c.short() for c in configs if c != self.space.baseline)
             self.notes.append(

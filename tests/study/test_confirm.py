@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import statistics
+from types import SimpleNamespace
 
 import optuna
 import pytest
@@ -90,7 +91,7 @@ class Drifting(ReplayBackend):
 
 def _run(write_space, tmp_path, effects, backend_cls=ReplayBackend, **kw):
     """A study of SPACE whose confirmation runs its 3 rounds and no more."""
-    space = load_space(write_space(SPACE.replace("confirm_max_rounds: 8", "confirm_max_s: 0.001")))
+    space = load_space(write_space(SPACE.replace("confirm_max_rounds: 8", "confirm_max_s: 0")))
     backend = backend_cls(_table(effects), **kw)
     result = tune(space, storage="memory", out_dir=tmp_path, backend=backend)
     return space, backend, result
@@ -520,6 +521,37 @@ def test_a_knob_still_unresolved_at_the_round_cap_is_dropped_and_said_so(write_s
     data = report_data(result, {})
     (entry,) = [c for c in data["contributions"] if c["knob"] == "gradient_checkpointing"]
     assert entry["decision"]["state"] == "unresolved" and entry["decision"]["rounds"] == 5
+
+
+class Timed(RoundByRound):
+    """As :class:`RoundByRound`, on a clock every run moves 10 s on."""
+
+    def __init__(self, table: dict, seq: list[float], clock: list[float]) -> None:
+        super().__init__(table, seq)
+        self.clock = clock
+
+    def run_trial(self, space, config, folder, best_value=None):
+        self.clock[0] += 10.0
+        return super().run_trial(space, config, folder, best_value)
+
+
+def test_the_time_cap_counts_past_the_least_rounds(write_space, tmp_path, monkeypatch):
+    """A close call, runs of 10 s, 25 s past the least rounds: those (over 100 s) are
+    never cut, round 4 (the baseline, the winner, its checkpointing ablation: 30 s) runs,
+    round 5 does not. Counted from the confirmation's start, as before, the least
+    rounds' time left no round past them, in any lineup."""
+    from autotune.study import confirm
+
+    clock = [0.0]
+    monkeypatch.setattr(confirm, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    space = load_space(write_space(SPACE.replace("confirm_max_rounds: 8", "confirm_max_s: 25")))
+    backend = Timed(_table(STEADY), [1.10, 0.99] * 6, clock)
+    result = tune(space, storage="memory", out_dir=tmp_path, backend=backend)
+    ckpt = next(c for c in result.contributions if c.knob == "gradient_checkpointing")
+    assert len(ckpt.ratios) == 4 and ckpt.unresolved
+    assert backend.calls.count(result.winner.config) == 1 + 4  # its search run, 4 rounds
+    cap = "unresolved after 4 rounds: the 25 s past the least rounds"
+    assert any(n.startswith(cap) for n in result.notes), result.notes
 
 
 class NoisyBaseline(RoundByRound):
