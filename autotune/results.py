@@ -15,7 +15,7 @@ import yaml
 
 from .config import Config
 from .credentials import redact_url
-from .decisions import PROVEN, UNRESOLVED, Decision, margin, noise_floor
+from .decisions import UNRESOLVED, Decision, margin, noise_floor
 from .measurement import OK, PRUNED, Measurement, fixed_cost
 from .mfu import Mfu, mfu_of, shown, unavailable
 from .planned import Plan, Projection, project
@@ -443,8 +443,11 @@ class TuneResult:
     @property
     def lead_decision(self) -> Decision | None:
         """The winner against the runner-up in the rounds both ran in: proven ahead by
-        more than :attr:`margin`, within noise, or unresolved."""
-        return Decision(self.lead_ratios, 1 + self.margin) if self.lead_ratios else None
+        more than :attr:`margin`, within noise, or unresolved (and then standing where
+        its interval lies above ``1 + least_gain``: a lead, not a tie)."""
+        if not self.lead_ratios:
+            return None
+        return Decision(self.lead_ratios, 1 + self.margin, 1 + self.least_gain)
 
     @property
     def gain_decision(self) -> Decision | None:
@@ -455,11 +458,14 @@ class TuneResult:
 
     @property
     def within_noise(self) -> bool | None:
-        """True when the winner's lead over the runner-up is not proven beyond the
-        study's margin (:attr:`lead_decision`: within noise, or unresolved)."""
+        """True when the winner's lead over the runner-up does not stand
+        (:attr:`lead_decision`: within noise, or unresolved with its interval reaching
+        ``1 + least_gain``). A lead the rounds prove above the user's least gain is no
+        tie, though the noise floor's margin asks more: "either is as good" would be
+        false."""
         decision = self.lead_decision
         if decision is not None:
-            return decision.state != PROVEN
+            return not decision.stands
         if self.lead is None or self.noise is None:
             return None
         return self.lead <= self.noise

@@ -160,10 +160,10 @@ class SearchSettings:
         confirm_rounds: the least paired rounds of each plan of the confirmation. Rounds
             are added while a decision is unresolved (:mod:`autotune.decisions`), up to
             ``confirm_max_rounds`` and for at most ``confirm_max_s`` seconds past each
-            plan's least rounds (0: none past the least). A knob's (or the reduced
-            config's) decision still unresolved then stands if its interval lies wholly
-            above ``1 + min_gain``; otherwise it goes to the simpler config, as does an
-            unresolved lead (a tie).
+            plan's least rounds (0: none past the least). A decision still unresolved
+            then stands if its interval lies wholly above ``1 + min_gain`` (a knob kept,
+            the full winner over its reduced config, a lead); otherwise it goes to the
+            simpler config (a knob dropped, the reduced config taken, a tie).
         noise_runs: right after the baseline, run it this many more times back to back:
             their spread (the first, cold run left out) is the study's noise floor, the
             least gain any decision must prove (never below ``min_gain``, never above

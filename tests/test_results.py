@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from autotune import Config, Measurement, TrialRecord, TuneResult, load_config
@@ -118,6 +119,20 @@ def test_paired_rounds_rank_by_the_median_ratio_and_flag_overlapping_ranges():
     # Overlapping ranges, yet bs 32 led by more than 3% in each round: proven ahead.
     apart = TuneResult.from_trials("s", "m", _rounds([120, 142, 125], [140, 150, 130]), conf)
     assert apart.within_noise is False
+
+
+@pytest.mark.parametrize("b32, tie", [([108, 105, 112], False), ([102, 108, 112], True)])
+def test_a_lead_unresolved_at_the_margin_stands_above_the_least_gain(b32, tie):
+    """The baseline's repeats 10.5% apart: a 10% margin. bs 32 leads bs 16 by 5-12% in
+    every round (interval 1.05-1.12x across 1.10x): above the least gain (3%), a lead, no
+    tie. By 2-12%: reaching it, a tie, as before."""
+    trials = _rounds([100, 100, 100], b32)
+    trials += [run(20, 8, 90.0, REPEAT, repeat_of=0), run(21, 8, 100.0, REPEAT, repeat_of=0)]
+    result = TuneResult.from_trials("s", "m", trials, {"finalists": [1, 2]})
+    assert result.margin == pytest.approx(0.10) and result.winner.number == 2
+    lead = result.lead_decision
+    assert lead.state == "unresolved" and lead.stands is not tie
+    assert result.within_noise is tie
 
 
 def test_a_failed_round_run_makes_its_config_infeasible():

@@ -389,10 +389,10 @@ class Confirmation:
             )
             names = ", ".join(c.short() for c in configs if c != self.space.baseline)
             self.notes.append(
-                f"unresolved {why}: {names or 'the baseline'}; a knob (or the full winner "
-                "against its reduced config) stays where its rounds prove more than "
-                "search.min_gain, each other undecided call goes to the simpler side (a knob "
-                "dropped, the reduced config taken, a lead called a tie)"
+                f"unresolved {why}: {names or 'the baseline'}; a knob, the full winner "
+                "against its reduced config or a lead stands where its rounds prove more "
+                "than search.min_gain, each other undecided call goes to the simpler side (a "
+                "knob dropped, the reduced config taken, a lead called a tie)"
             )
             return False
         record_rounds(conf, lineup, index + 1)
