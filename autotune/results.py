@@ -260,6 +260,10 @@ class TuneResult:
     least_gain: float = MIN_GAIN  # search.min_gain: what a gain unresolved at the margin must prove
     # Per round both ran in: the winner's value over the runner-up's.
     lead_ratios: tuple[float, ...] = ()
+    # The search runs pruning stopped, read from the runs (a config pruned in the search
+    # and then measured in the rounds is feasible in ``trials``, yet it was stopped):
+    # how many, and the measured seconds saved. None: read from ``trials``.
+    pruned_runs: tuple[int, float] | None = None
     # What the values are (trial.objective): "throughput" (units/s) or "energy" (units/J).
     objective: str = THROUGHPUT
 
@@ -336,6 +340,7 @@ class TuneResult:
             contributions=contributions,
             reduction=reduction,
             knob_time=knob_costs(raw),
+            pruned_runs=_pruned(raw),
             noise_floor=floor,
             margin=min_gain,
             least_gain=least,
@@ -499,8 +504,7 @@ class TuneResult:
 
     def pruning_saved_s(self) -> tuple[int, float]:
         """How many trials pruning stopped, and the measured seconds it saved."""
-        pruned = [t for t in self.trials if t.status == PRUNED]
-        return len(pruned), sum(t.measurement.pruned_saved_s or 0.0 for t in pruned)
+        return self.pruned_runs if self.pruned_runs is not None else _pruned(self.trials)
 
     def overhead(self) -> tuple[float, float] | None:
         """Median per-trial fixed cost and its median share of a trial's wall time over
@@ -524,6 +528,12 @@ class TuneResult:
     def _measured(self) -> list[Measurement]:
         """Every config's measurement (one never run records no phases: left out)."""
         return [t.measurement for t in self.trials]
+
+
+def _pruned(runs: list[TrialRecord]) -> tuple[int, float]:
+    """How many of ``runs`` pruning stopped, and the measured seconds it saved."""
+    pruned = [t for t in runs if t.status == PRUNED]
+    return len(pruned), sum(t.measurement.pruned_saved_s or 0.0 for t in pruned)
 
 
 def knob_costs(raw: list[TrialRecord]) -> list[KnobCost]:

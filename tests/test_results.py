@@ -268,6 +268,8 @@ def test_a_config_pruned_in_the_search_and_measured_in_the_rounds_is_feasible():
     result = TuneResult.from_trials("s", "m", raw, confirmation=conf)
     assert result.winner.number == 1 and result.reduction.record.number == 2
     assert result.best.number == 2
+    # Pruning stopped both search runs, the one the rounds then measured included.
+    assert result.pruning_saved_s()[0] == 2
 
 
 def test_aggregate_keeps_the_largest_device_memory_and_any_throttle_of_the_runs():
