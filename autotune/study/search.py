@@ -174,10 +174,13 @@ class Search:
         due. Only the first worker runs them, as it runs the noise runs."""
         if self.worker_index or not getattr(self.trials.backend, "noisy", True):
             return False  # a replay answers the same every time
-        search = self.space.search
-        gain = margin(search.min_gain, baseline_floor(ground.trials))
-        best = best_due(ground.trials, search.best_runs, gain)
+        best = best_due(ground.trials, self.space.search.best_runs, self._margin(ground))
         return best is not None and self._repeat(study, ground, best)
+
+    def _margin(self, ground: Ground) -> float:
+        """The gain a config must show over another to count as ahead: the study's noise
+        floor so far, at least ``search.min_gain`` (:func:`autotune.decisions.margin`)."""
+        return margin(self.space.search.min_gain, baseline_floor(ground.trials))
 
     def _repeat(self, study: optuna.Study, ground: Ground, first: TrialRecord) -> bool:
         """One more run of ``first``'s config, a repeat of it (never pruned, no budget
@@ -377,10 +380,10 @@ class Search:
             for t in study.get_trials(deepcopy=False)
             if screening.MOVE in t.user_attrs
         }
-        gain = margin(search.min_gain, baseline_floor(ground.trials))
         # Each config at the median of its runs: a new best's repeats (best_due) and the
         # baseline's noise runs move where the next move starts.
-        begin = screening.starts(summarize(ground.trials), gain) or [self.space.baseline]
+        starts = screening.starts(summarize(ground.trials), self._margin(ground))
+        begin = starts or [self.space.baseline]
         found = screening.next_move(self.space, schedule, begin, made, ground.taken)
         if found is not None:
             move, config = found
