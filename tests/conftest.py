@@ -143,7 +143,7 @@ def quick_rounds(text: str) -> str:
     """A test space's confirmation runs its ``confirm_rounds`` and no more: a flow-style
     ``search: {...}`` line that says nothing of ``confirm_max_rounds`` or
     ``confirm_max_s`` gets ``confirm_max_s: 0`` (no round past the least).
-    Tiny workloads leave many decisions unresolved, and up to 8 rounds of every live
+    Tiny workloads leave many decisions unresolved, and up to 20 rounds of every live
     study would triple the suite; the added rounds are tested on replayed studies
     (tests/study/test_confirm.py) and in tests/e2e/test_ablation.py, which asks for them."""
     if "confirm_max" in text:
