@@ -382,9 +382,12 @@ class Search:
         }
         # Each config at the median of its runs: a new best's repeats (best_due) and the
         # baseline's noise runs move where the next move starts.
-        starts = screening.starts(summarize(ground.trials), self._margin(ground))
-        begin = starts or [self.space.baseline]
-        found = screening.next_move(self.space, schedule, begin, made, ground.taken)
+        gain, summary = self._margin(ground), summarize(ground.trials)
+        begin = [t.config for t in screening.starts(summary, gain)] or [self.space.baseline]
+        layout = screening.tied_layout(summary, gain)
+        found = screening.next_move(
+            self.space, schedule, begin, made, ground.taken, layout and layout.config
+        )
         if found is not None:
             move, config = found
             study.enqueue_trial(

@@ -230,7 +230,9 @@ def test_padding_puts_layout_knobs_first_and_compile_last(write_space):
         "length_grouping=grouped",
         "pad_to_multiple_of=64",
         "batch_size=32",
+        "batch_size=32 in the tied layout",
         "batch_size=8",
+        "batch_size=8 in the tied layout",
         "num_workers=1",
         "num_threads=1",
         "compile_mode=default",
@@ -240,6 +242,7 @@ def test_padding_puts_layout_knobs_first_and_compile_last(write_space):
     assert (
         "compile_mode last, on the best config so far and on the runner-up" in schedule.reasons[-1]
     )
+    assert "batch_size also in another layout when it ties the best config's" in schedule.reasons[1]
     # Without the padding, the layout knobs wait their registry turn; compile stays last.
     plain = screening.make_schedule(space, space.baseline, Shares(padding_share=0.05))
     assert [m.label for m in plain.moves][0] == "batch_size=32"
@@ -308,7 +311,7 @@ def test_the_budget_cuts_the_screening_in_its_order(write_space):
     space = _text_space(write_space)
     schedule = screening.make_schedule(space, space.baseline, Shares(padding_share=0.7))
     text = screening.describe(schedule, budget=2)
-    assert "at most 2 of its 8 moves fit the budget (length_grouping=grouped, pad_to" in text
+    assert "at most 2 of its 10 moves fit the budget (length_grouping=grouped, pad_to" in text
     assert "padding 70% of token positions" in text
 
 
@@ -328,10 +331,13 @@ def test_the_incumbent_changes_only_for_a_gain_beyond_min_gain():
     assert screening.incumbent([base, noise], 0.03) is base
     assert screening.incumbent([base, noise, lever, failed], 0.03) is lever
     assert screening.incumbent([base, noise], 0.0) is noise
-    # Moves start from the incumbent, expensive ones also from the runner-up.
-    starts = screening.starts([base, noise, lever, failed], 0.03)
-    assert starts == [lever.config, noise.config]
-    assert screening.starts([base], 0.03) == [base.config]
+    # Moves start from the incumbent, expensive ones also from the runner-up: the fastest
+    # other config at half the incumbent's value or more.
+    close = _record(4, 160.0, batch_size=32)
+    assert screening.starts([base, noise, lever, close, failed], 0.03) == [lever, close]
+    assert screening.starts([base, noise, lever, failed], 0.03) == [lever]
+    assert screening.starts([base, noise], 0.03) == [base, noise]
+    assert screening.starts([base], 0.03) == [base]
     assert screening.starts([failed], 0.03) == []
 
 
@@ -389,6 +395,133 @@ def test_the_batch_size_goes_down_only_when_no_larger_size_won(write_space):
     assert screening.against_the_trend(space, up, Move("batch_size", 8))
     assert not screening.against_the_trend(space, space.baseline, Move("batch_size", 8))
     assert not screening.against_the_trend(space, up, Move("batch_size", 64))
+
+
+def test_compile_on_the_runner_up_skips_the_incumbents_compiled_twin(write_space):
+    """cpu.yaml, 2026-12-06: the runner-up was the best config compiled, so compile "on
+    the runner-up" made nothing new, and the larger batch (bs=64, third) was never
+    compiled. The move starts from the fastest other config it makes something new from."""
+    space = load_space(
+        write_space("""
+        workload: {workloads}:tiny
+        knobs:
+          batch_size: [32, 64]
+          channels_last: [false, true]
+          compile_mode: ["off", default]
+        baseline: {batch_size: 32}
+        global_batch: 64
+    """)
+    )
+    schedule = screening.make_schedule(space, space.baseline, Shares())
+    assert [m.label for m in schedule.moves][-2:] == [
+        "compile_mode=default",
+        "compile_mode=default on the runner-up",
+    ]
+    nhwc = space.config_from({"channels_last": True})
+    twin = space.config_from({"channels_last": True, "compile_mode": "default"})
+    wide = space.config_from({"batch_size": 64})
+    made = {m.label for m in schedule.moves[:-1]}
+    move, config = screening.next_move(space, schedule, [nhwc, twin, wide], made, {twin.key()})
+    assert move.label == "compile_mode=default on the runner-up"
+    assert config == space.config_from({"batch_size": 64, "compile_mode": "default"})
+    # With the larger batch compiled too, no start is left: the screening is over.
+    taken = {twin.key(), config.key()}
+    assert screening.next_move(space, schedule, [nhwc, twin, wide], made, taken) is None
+
+
+def test_the_batch_size_moves_in_another_layout_that_ties_the_incumbents(write_space):
+    """text.yaml, 2026-12-06: packed rows led length grouping by 2.6%, under the margin,
+    so the grouped config stayed the start of every batch-size move; packed rows gained
+    13.7% at a larger batch, never tried. A layout that ties the incumbent's, compared at
+    the same other knobs, gets the batch-size moves too; one behind by more than the
+    margin does not, nor does a tie in the same layout."""
+    space = load_space(
+        write_space("""
+        workload: {workloads}:texts
+        workload_args: {causal_lm: true}
+        knobs:
+          batch_size: [8, 16, 32]
+          packing: ["off", packed]
+          length_grouping: ["off", grouped]
+          num_workers: [0, 1]
+        baseline: {batch_size: 16}
+        global_batch: 32
+    """)
+    )
+    schedule = screening.make_schedule(space, space.baseline, Shares(padding_share=0.7))
+    labels = [m.label for m in schedule.moves]
+    assert labels[:6] == [
+        "length_grouping=grouped",
+        "packing=packed",
+        "batch_size=32",
+        "batch_size=32 in the tied layout",
+        "batch_size=8",
+        "batch_size=8 in the tied layout",
+    ]
+    base = _record(0, 30.0, BASELINE, batch_size=16, accumulation_steps=2)
+    grouped = _record(1, 104.2, length_grouping="grouped", batch_size=16, accumulation_steps=2)
+    packed = _record(2, 106.9, packing="packed", batch_size=16, accumulation_steps=2)
+    trials = [base, grouped, packed]
+    assert screening.incumbent(trials, 0.03) is grouped  # packed is within 3% of it
+    assert screening.tied_layout(trials, 0.03) is packed
+    made = set(labels[:3])
+    begin = [grouped.config, packed.config]
+    move, config = screening.next_move(space, schedule, begin, made, set(), packed.config)
+    assert move.label == "batch_size=32 in the tied layout"
+    assert (config.packing, config.batch_size) == ("packed", 32)
+    # No tied layout: the move waits, the next one starts from the incumbent.
+    move, config = screening.next_move(space, schedule, begin, made, set(), None)
+    assert move.label == "batch_size=8" and config.length_grouping == "grouped"
+    # Once a larger batch wins in the incumbent's layout, packed rows are still judged
+    # against grouped rows at batch 16, where both were measured.
+    wide = _record(3, 130.0, length_grouping="grouped", batch_size=32, accumulation_steps=1)
+    assert screening.incumbent([*trials, wide], 0.03) is wide
+    assert screening.tied_layout([*trials, wide], 0.03) is packed
+    # Behind by more than the margin: no tie; the study's margin decides, not a fixed 3%.
+    behind = _record(2, 100.0, packing="packed", batch_size=16, accumulation_steps=2)
+    assert screening.tied_layout([base, grouped, behind], 0.03) is None
+    assert screening.tied_layout([base, grouped, behind], 0.05) is behind
+    # A config in the incumbent's layout ties it (workers only): not another layout.
+    workers = _record(2, 106.9, length_grouping="grouped", num_workers=1, batch_size=16)
+    assert screening.tied_layout([base, grouped, workers], 0.03) is None
+
+
+def test_a_replayed_text_study_moves_the_batch_size_on_a_tied_packed_runner_up(tmp_path):
+    """text_grid (recorded): grouped rows at batch 16 make 64.3k tokens/s, packed rows
+    60.5k, 6% behind; packed rows at batch 32 make 83.8k, the best of the eager table.
+    With a margin of 10% the two layouts tie, so the batch-size moves are made on both
+    and the study reaches the packed larger batch in its screening."""
+    table = json.loads((ROOT / "benchmarks/tables/text_grid.json").read_text())
+    space = load_space(ROOT / table["space"])
+    search = dataclasses.replace(
+        space.search,
+        sampler="tpe",
+        screening=True,
+        confirm_top=0,
+        prune=False,
+        noise_runs=0,
+        min_gain=0.10,
+    )
+    space = dataclasses.replace(space, search=search)
+    storage = f"sqlite:///{tmp_path}/s.db"
+    result = tune(
+        space,
+        storage=storage,
+        out_dir=tmp_path,
+        backend=ReplayBackend(table, space.baseline),
+        n_trials=8,
+    )
+    moves = {t.move: t.config for t in result.trials if t.move}
+    assert list(moves)[:3] == ["length_grouping=grouped", "packing=packed", "pad_to_multiple_of=64"]
+    in_layout = [m for m in moves if m.endswith("in the tied layout")]
+    assert in_layout == ["batch_size=64 in the tied layout", "batch_size=32 in the tied layout"]
+    # Each from the fastest packed config at its turn: batch 16, then batch 64.
+    assert [(moves[m].packing, moves[m].batch_size) for m in in_layout] == [
+        ("packed", 64),
+        ("packed", 32),
+    ]
+    best = max(result.trials, key=lambda t: t.value)
+    assert (best.config.packing, best.config.batch_size) == ("packed", 32)  # 83.8k tokens/s
 
 
 # --- a replayed study: one knob per trial, then TPE -------------------------------------
