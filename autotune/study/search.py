@@ -219,10 +219,16 @@ class Search:
         floor (and ``search.prune_margin``): on a noisy machine, a config unlucky in its
         first steps is not a slow one."""
         search = self.space.search
+        bar = self._prune_margin(ground)
+        if bar > search.prune_margin:
+            self.trials.space = replace(self.space, search=replace(search, prune_margin=bar))
+
+    def _prune_margin(self, ground: Ground) -> float:
+        """How far behind the best a run may be and still not be stopped: twice the noise
+        floor, at least ``search.prune_margin`` (:meth:`_widen_pruning`)."""
         floor = baseline_floor(ground.trials)
-        if floor is not None and 2 * floor > search.prune_margin:
-            widened = replace(search, prune_margin=round(2 * floor, 4))
-            self.trials.space = replace(self.space, search=widened)
+        bar = self.space.search.prune_margin
+        return max(bar, round(2 * floor, 4)) if floor is not None else bar
 
     def _over(self, ground: Ground, size: int, start: float) -> bool:
         if self.n_trials is not None and ground.done >= self.n_trials:
@@ -384,7 +390,7 @@ class Search:
         # baseline's noise runs move where the next move starts.
         gain, summary = self._margin(ground), summarize(ground.trials)
         begin = [t.config for t in screening.starts(summary, gain)] or [self.space.baseline]
-        layout = screening.tied_layout(summary, gain)
+        layout = screening.rival_layout(summary, gain, self._prune_margin(ground))
         found = screening.next_move(
             self.space, schedule, begin, made, ground.taken, layout and layout.config
         )
