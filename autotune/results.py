@@ -462,6 +462,17 @@ class TuneResult:
         return Decision(self.winner.ratios, 1 + self.margin)
 
     @property
+    def kept_together(self) -> tuple[str, ...]:
+        """The knobs the recommendation keeps though each one's own rounds did not: the
+        knobs of a reduced config (:class:`Reduction`) that was not taken, because the
+        winner proved faster than it, it failed, or it was not measured. Each one's own
+        effect is unresolved: the rounds showed only what the knobs are worth together."""
+        r, best, winner = self.reduction, self.best, self.winner
+        if r is None or best is None or winner is None or best.number != winner.number:
+            return ()
+        return r.knobs
+
+    @property
     def within_noise(self) -> bool | None:
         """True when the winner's lead over the runner-up does not stand
         (:attr:`lead_decision`: within noise, or unresolved with its interval reaching

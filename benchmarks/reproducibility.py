@@ -23,7 +23,9 @@ trial process, the order rotated every round. It prints:
 - knobs the recommendation keeps (off the baseline's value, whatever their own decision
   said: several unresolved knobs proven worth more together stay together) whose final
   interval (the sign test's, :mod:`autotune.decisions`) reaches down to 1.0 or below, and
-  whether the study called each unresolved: none should be, unless it did.
+  whether the study called each unresolved: none should be, unless it did (a knob kept
+  only together with others, :attr:`autotune.results.TuneResult.kept_together`, is
+  called so: its own effect unresolved).
 
 The issue's goals: max regret <= 3%; every knob worth >= 10% kept in every study; no
 kept knob's interval across 1.0. Run it on an otherwise idle machine: nothing else heavy.
@@ -105,7 +107,7 @@ def straddling(rows: list[tuple[int, str, tuple[float, float] | None, bool]]) ->
 def kept_rows(results: list[TuneResult], baseline: Config):
     """Per study (from 1), the contributions of the knobs its recommendation keeps."""
     return [
-        (i, c.knob, c.decision.interval, c.unresolved)
+        (i, c.knob, c.decision.interval, c.unresolved or c.knob in r.kept_together)
         for i, r in enumerate(results, 1)
         for c in r.contributions
         if not c.failed and getattr(r.best.config, c.knob) != getattr(baseline, c.knob)

@@ -102,15 +102,34 @@ def compile_cell(record: TrialRecord) -> str:
     return text
 
 
-def contribution_text(c: Contribution) -> str:
-    """``compile_mode=default (baseline off): 1.35x, range 1.30-1.41x, kept``."""
+def contribution_text(c: Contribution, together: tuple[str, ...] = ()) -> str:
+    """``compile_mode=default (baseline off): 1.35x, range 1.30-1.41x, kept``.
+
+    ``together``: the knobs the recommendation keeps only together
+    (:attr:`TuneResult.kept_together`); one of them that its own rounds would drop is
+    said to be kept with the others, its own effect unresolved, not "dropped"."""
     head = f"{c.knob}={show(c.winner_value)} (baseline {show(c.baseline_value)})"
     if c.failed:
         return f"{head}: needed, without it {c.failed}"
     if c.median is None:
         return f"{head}: not measured"
     low, high = min(c.ratios), max(c.ratios)
-    return f"{head}: {c.median:.2f}x, range {low:.2f}-{high:.2f}x, {decision_text(c.decision)}"
+    figures = f"{head}: {c.median:.2f}x, range {low:.2f}-{high:.2f}x"
+    if c.knob in together and not c.kept:
+        d, others = c.decision, [k for k in together if k != c.knob]
+        where = "below" if d.state == WITHIN else "across"
+        with_ = f" with {', '.join(others)}" if others else ""
+        return (
+            f"{figures}, not proven alone ({_span(d)} {where} {d.threshold:.2f}x, "
+            f"{d.rounds} rounds): kept{with_} (simplest config below), its own effect "
+            "unresolved"
+        )
+    return f"{figures}, {decision_text(c.decision)}"
+
+
+def _span(d: Decision) -> str:
+    bounds = d.interval
+    return f"interval {bounds[0]:.2f}-{bounds[1]:.2f}x" if bounds else "too few rounds"
 
 
 def noise_fact(result: TuneResult) -> Fact:
@@ -133,9 +152,7 @@ def noise_fact(result: TuneResult) -> Fact:
 def decision_text(d: Decision, win: str = "kept", lose: str = "dropped") -> str:
     """``kept (interval 1.08-1.12x above 1.03x, 3 rounds)``: a decision of the paired
     rounds (:mod:`autotune.decisions`), with ``win`` or ``lose`` as its outcome."""
-    bounds = d.interval
-    span = f"interval {bounds[0]:.2f}-{bounds[1]:.2f}x" if bounds else "too few rounds"
-    bar = f"{d.threshold:.2f}x"
+    span, bar = _span(d), f"{d.threshold:.2f}x"
     if d.state == PROVEN:
         return f"{win} ({span} above {bar}, {d.rounds} rounds)"
     if d.state == WITHIN:
@@ -152,7 +169,8 @@ def _proof_facts(result: TuneResult) -> list[Fact]:
     """What each knob of the winner contributes, and what was dropped."""
     facts = [noise_fact(result)] if result.contributions or result.lead_ratios else []
     if result.contributions:
-        text = "; ".join(contribution_text(c) for c in result.contributions)
+        together = result.kept_together
+        text = "; ".join(contribution_text(c, together) for c in result.contributions)
         facts.append(
             Fact(
                 "contributions",

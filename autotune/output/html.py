@@ -191,15 +191,16 @@ def _contributions_html(result: TuneResult) -> str:
         return ""
     rows = []
     scale = max([1.05, *(max(c.ratios) for c in result.contributions if c.ratios)])
+    together = result.kept_together
     for c in result.contributions:
-        text = contribution_text(c)
+        text = contribution_text(c, together)
         if not c.ratios:
             rows.append(f"<tr><td>{_e(c.knob)}</td><td colspan=2>{_e(text)}</td></tr>")
             continue
         width = 100 * (c.median - 1) / (scale - 1) if c.median > 1 else 0.0
         low = 100 * max(0.0, min(c.ratios) - 1) / (scale - 1)
         high = 100 * max(0.0, max(c.ratios) - 1) / (scale - 1)
-        colour = "#2a7" if c.kept else "#bbb"
+        colour = "#2a7" if c.kept or c.knob in together else "#bbb"
         rows.append(
             f"<tr><td>{_e(c.knob)}</td><td style='width:320px'><div class='contrib'>"
             f"<div style='width:{width:.1f}%;background:{colour}'></div>"

@@ -148,6 +148,8 @@ def report_data(result: TuneResult, profiles: dict[int, dict[str, Any]]) -> dict
         "aggregation": aggregation_text(best) if best else None,
         "winner": result.winner.number if result.winner else None,
         "contributions": [c.to_dict() for c in result.contributions],
+        # kept by the recommendation, though each one's own rounds did not keep it
+        "kept_together": list(result.kept_together),
         "noise_floor": result.noise_floor,
         "margin": result.margin,
         "least_gain": result.least_gain,

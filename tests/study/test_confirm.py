@@ -205,6 +205,17 @@ def test_knobs_within_noise_each_but_not_together_are_kept(write_space, tmp_path
     assert result.reduction is not None and not result.reduction.accepted
     assert result.best.number == result.winner.number
     assert result.best.config.gradient_checkpointing
+    # Each is kept, so the summary does not call either "dropped": kept with the other,
+    # its own effect unresolved; report.json lists them.
+    assert set(result.kept_together) == dropped
+    text = next(f for f in summary_facts(result) if f.key == "contributions").text
+    for knob, other in [("zero_grad", "gradient_checkpointing"), ("gradient_ch", "zero_grad")]:
+        part = next(p for p in text.split("; ") if p.startswith(knob))
+        assert "dropped" not in part and "its own effect unresolved" in part, part
+        assert f"kept with {other}" in part, part
+    from autotune.output.report import report_data
+
+    assert set(report_data(result, {})["kept_together"]) == dropped
 
 
 def test_one_aggregation_in_summary_best_config_and_report(write_space, tmp_path):

@@ -83,3 +83,25 @@ def test_pruning_waits_for_its_share_of_the_window_in_time_and_counts_the_longer
     assert reason is not None and reason.startswith("pruned after 25/75 measured steps"), reason
     m = pruner.measurement(reason, wall_s=1.0)
     assert abs(m.pruned_saved_s - (75 - 25) * 0.02) < 1e-9
+
+
+def test_a_compiled_run_is_stopped_only_below_half_the_best(tmp_path):
+    """cpu.yaml, 2026-12-06, study 4: both compiled screening runs were stopped 24% behind
+    the best under a 20% margin, after their compile was paid; the study lost compile.
+    A run whose warm-up compiled is stopped only when it cannot make half the best."""
+    trial = TrialSettings(warmup_steps=2, measured_steps=20, min_window_s=0.0)
+    search = SearchSettings(prune_margin=0.2, prune_after=0.3)
+    path = tmp_path / "progress.json"
+    base = {"samples_per_step": 64, "unit": "samples", "warmup_s": 12.0, "warmup_steps": 2}
+    base |= {"min_window_s": 0.0, "steps": 7}
+    # 7 steps of 64 samples in 0.2614 s: ~1,714 samples/s against a best of 2,263.
+    for compile_s, stopped in [(0.0, True), (11.5, False)]:
+        pruner = Pruner(path, best_value=2_263.0, trial=trial, search=search)
+        path.write_text(json.dumps({**base, "compile_s": compile_s, "elapsed_s": 0.2614}))
+        reason = pruner()
+        assert (reason is not None) is stopped, (compile_s, reason)
+    # Under half the best, a compiled run is stopped too, and says by what margin.
+    pruner = Pruner(path, best_value=4_000.0, trial=trial, search=search)
+    path.write_text(json.dumps({**base, "compile_s": 11.5, "elapsed_s": 0.2614}))
+    reason = pruner()
+    assert reason is not None and reason.endswith("cannot beat the best 4,000.0 by 100%"), reason
