@@ -59,6 +59,9 @@ LAYOUT = ("length_grouping", "packing", "pad_to_multiple_of")
 WITH_LAYOUT = ("batch_size",)
 # The knobs a layout is: LAYOUT, and the row length packing sets.
 _LAYOUT_KEYS = (*LAYOUT, "pack_length")
+# The knobs that say how samples become rows (a layout for :func:`rival_layout`): padding
+# to a multiple is the same rows, padded further.
+_ROWS = ("packing", "length_grouping")
 # The DataLoader's knobs.
 LOADER = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
 # ... and the compute threads, which share the CPU's cores with the workers (fewer threads
@@ -458,11 +461,14 @@ def starts(trials: list[TrialRecord], min_gain: float) -> list[TrialRecord]:
 
 
 def rival_layout(trials: list[TrialRecord], min_gain: float, within: float) -> TrialRecord | None:
-    """The fastest feasible config of another layout (:data:`LAYOUT`) than the
-    :func:`incumbent`'s (``min_gain``: the study's margin) that the search cannot rule out:
-    it is behind the config of the incumbent's layout with the same other knobs (its
-    peer) by no more than ``within``, the search's pruning margin (a run that far behind
-    the best is not stopped: it could still be the best). ``None`` when there is none.
+    """The fastest feasible config of another layout (its rows: :data:`_ROWS`, packed
+    or grouped) than the :func:`incumbent`'s (``min_gain``: the study's margin) that the
+    search cannot rule out: it is behind the fastest config of the incumbent's layout
+    with the same other knobs (its peer) by no more than ``within``, the search's pruning
+    margin (a run that far behind the best is not stopped: it could still be the best).
+    ``None`` when there is none. Padding to a multiple is no other layout: the same rows,
+    padded further (text.yaml, 2026-12-06 18:30 UTC, study 5: grouped rows padded to 64
+    were the rival of grouped rows, and all three of their batch-size moves were pruned).
 
     Layouts are compared like with like, at the knobs both were measured with: once a
     larger batch wins in the incumbent's layout, the other layout is still only known at
@@ -476,7 +482,11 @@ def rival_layout(trials: list[TrialRecord], min_gain: float, within: float) -> T
         return None
     layout = _layout(best.config)
     searched = _searched(trials)
-    peers = {_rest(t.config): t for t in searched if _layout(t.config) == layout}
+    peers: dict[tuple[Any, ...], TrialRecord] = {}
+    for t in searched:  # the fastest config of the incumbent's layout at each other knobs
+        rest = _rest(t.config)
+        if _layout(t.config) == layout and (rest not in peers or t.value > peers[rest].value):
+            peers[rest] = t
     rivals = [
         t
         for t in searched
@@ -488,7 +498,8 @@ def rival_layout(trials: list[TrialRecord], min_gain: float, within: float) -> T
 
 
 def _layout(config: Config) -> tuple[Any, ...]:
-    return tuple(getattr(config, k) for k in _LAYOUT_KEYS)
+    """How the config's samples become rows (:data:`_ROWS`)."""
+    return tuple(getattr(config, k) for k in _ROWS)
 
 
 def _rest(config: Config) -> tuple[Any, ...]:

@@ -485,6 +485,19 @@ def test_the_batch_size_moves_in_a_layout_the_search_cannot_rule_out(write_space
     # A config in the incumbent's layout (workers only): not another layout.
     workers = _record(2, 106.9, length_grouping="grouped", num_workers=1, batch_size=16)
     assert screening.rival_layout([base, grouped, workers], 0.03, 0.2) is None
+    # Nor are grouped rows padded to a multiple of 64: the same rows, padded further
+    # (text.yaml, 2026-12-06 18:30 UTC, study 5: their three batch-size moves were pruned).
+    padded = _record(
+        2,
+        95.0,
+        length_grouping="grouped",
+        pad_to_multiple_of=64,
+        batch_size=16,
+        accumulation_steps=2,
+    )
+    assert screening.rival_layout([base, grouped, padded], 0.03, 0.2) is None
+    # Packed rows are judged against the fastest grouped config at their other knobs.
+    assert screening.rival_layout([base, grouped, padded, behind], 0.03, 0.29) is behind
 
 
 def test_a_replayed_text_study_moves_the_batch_size_in_the_packed_rival_layout(tmp_path):
