@@ -532,7 +532,7 @@ def next_move(
     running) whose config from its start is not ``taken`` (measured, running or skipped),
     with that config; ``None`` when no move is left that applies: the screening is over,
     unless a better config activates a knob that waits (prefetch_factor when workers win)
-    or another layout comes to tie the incumbent's.
+    or another layout comes within reach of the incumbent's (:func:`rival_layout`).
 
     ``starts`` are the incumbent, then the other configs fastest first (:func:`starts`). A
     move ``on`` 0 starts from the incumbent. An expensive move ``on`` 1 starts from the

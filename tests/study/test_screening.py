@@ -500,22 +500,23 @@ def test_the_batch_size_moves_in_a_layout_the_search_cannot_rule_out(write_space
     assert screening.rival_layout([base, grouped, padded, behind], 0.03, 0.29) is behind
 
 
+def _screened(table: dict, **search):
+    """The table's space searched by the screening and TPE, replayed as recorded: no
+    pruning, no confirmation, no noise runs (a table answers the baseline's row again)."""
+    space = load_space(ROOT / table["space"])
+    settings = dict(sampler="tpe", screening=True, confirm_top=0, prune=False, noise_runs=0)
+    return dataclasses.replace(
+        space, search=dataclasses.replace(space.search, **settings, **search)
+    )
+
+
 def test_a_replayed_text_study_moves_the_batch_size_in_the_packed_rival_layout(tmp_path):
     """text_grid (recorded): grouped rows at batch 16 make 64.3k tokens/s, packed rows
     60.5k, 6% behind, within the 20% pruning margin; packed rows at batch 32 make 83.8k,
     the best of the eager table. The batch-size moves are made in both layouts, and the
     study reaches the packed larger batch in its screening."""
     table = json.loads((ROOT / "benchmarks/tables/text_grid.json").read_text())
-    space = load_space(ROOT / table["space"])
-    search = dataclasses.replace(
-        space.search,
-        sampler="tpe",
-        screening=True,
-        confirm_top=0,
-        prune=False,
-        noise_runs=0,
-    )
-    space = dataclasses.replace(space, search=search)
+    space = _screened(table)
     storage = f"sqlite:///{tmp_path}/s.db"
     result = tune(
         space,
@@ -553,17 +554,7 @@ def test_a_replayed_study_screens_one_knob_per_trial_then_hands_over_to_tpe(tmp_
     # walks (six moves in trials 1-6); benchmarks/tables/cnn_grid.json was recorded again.
     fixture = ROOT / "tests/fixtures/cnn_grid_2026-12-02.json"
     table = json.loads(fixture.read_text())
-    space = load_space(ROOT / table["space"])
-    search = dataclasses.replace(
-        space.search,
-        sampler="tpe",
-        screening=True,
-        confirm_top=0,
-        prune=False,
-        seed=1,
-        noise_runs=0,  # a table answers the baseline's row again: no noise to measure
-    )
-    space = dataclasses.replace(space, search=search)
+    space = _screened(table, seed=1)
     storage = f"sqlite:///{tmp_path}/s.db"
     notes = _Notes()
     result = tune(
