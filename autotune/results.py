@@ -579,7 +579,9 @@ def summarize(trials: list[TrialRecord]) -> list[TrialRecord]:
     original (feasible only if every run was; a search run that was pruned does not
     count against a config that then ran in paired rounds: pruning stopped it against
     the best so far, and the rounds measured it in full, as an ablation or the reduced
-    config of the winner often is).
+    config of the winner often is; nor against a config run again back to back, a
+    screening move's second look: :func:`autotune.study.screening.second_look`). A
+    pruned run's figure, a part of its window, counts only while no run went in full.
 
     A config with runs in paired confirmation rounds takes the medians over those rounds
     (value, rates: :func:`aggregate`) and its per-round ratios to the baseline's run of
@@ -602,10 +604,13 @@ def summarize(trials: list[TrialRecord]) -> list[TrialRecord]:
             out.append(t)
             continue
         paired = [r for r in runs if r.round is not None]
-        counted = paired or runs
+        full = [r for r in runs if r.status != PRUNED]
+        counted = paired or full or runs
         values = [r.value for r in counted]
         median = statistics.median(values)
-        judged = [r for r in runs if not (paired and r.round is None and r.status == PRUNED)]
+        judged = [
+            r for r in runs if not (r.round is None and r.status == PRUNED and (paired or full))
+        ]
         bad = next((r for r in judged if not r.feasible), None)
         status, reason = (t.status, t.reason) if t in judged else (OK, "")
         if bad is not None and status == OK:

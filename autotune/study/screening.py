@@ -28,11 +28,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import Config
+from ..decisions import noise_floor
 from ..errors import AutotuneError
 from ..knobs import KNOBS
 from ..measurement import OK, PRUNED, Measurement, median_of
 from ..mfu import peak_key, peak_keys, peak_name
-from ..results import BASELINE, MOVE, SEARCH, TrialRecord  # noqa: F401 (screening.MOVE)
+from ..results import (  # noqa: F401 (screening.MOVE)
+    BASELINE,
+    MOVE,
+    SEARCH,
+    TrialRecord,
+    back_to_back,
+    best_of,
+    summarize,
+)
 from ..space import Space
 from .sampling import like
 
@@ -62,6 +71,11 @@ _LAYOUT_KEYS = (*LAYOUT, "pack_length")
 # The knobs that say how samples become rows (a layout for :func:`rival_layout`): padding
 # to a multiple is the same rows, padded further.
 _ROWS = ("packing", "length_grouping")
+# The moves whose one run sets the screening's path: the rows (a layout within the pruning
+# margin is a rival, one outside it is not) and a compile (its move on the runner-up, the
+# sampler's compiled proposals). A run of one of them that lands behind the best, not far
+# below it, gets a second look (:func:`second_look`).
+BIG = (*_ROWS, *EXPENSIVE)
 # The DataLoader's knobs.
 LOADER = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
 # ... and the compute threads, which share the CPU's cores with the workers (fewer threads
@@ -495,6 +509,44 @@ def rival_layout(trials: list[TrialRecord], min_gain: float, within: float) -> T
         and t.value * (1 + within) >= peer.value
     ]
     return max(rivals, key=lambda t: t.value, default=None)
+
+
+def second_look(trials: list[TrialRecord], best_runs: int, gain: float) -> TrialRecord | None:
+    """The first screening trial of a :data:`BIG` move that is due another run: its config
+    landed behind the best so far (:func:`~autotune.results.best_of`) but at
+    :data:`FAR_BELOW` of it or more, pruned or not, and has one run, or fewer than
+    ``best_runs`` that differ by more than ``gain`` (the study's margin), as a new best
+    gets (:func:`autotune.study.search.best_due`); a pruned run is no run here, its figure
+    a part of its window. ``None`` when none is.
+
+    One run of a layout or a compile sets the screening's path: on the 2-core machine
+    (2026-12-06), text.yaml's one run of packed rows was pruned 33% behind grouped ones on a
+    17% noise floor, so no batch size moved in packed rows, which lead by 16% at batch 64;
+    cpu.yaml's two compiled runs were stopped 24% behind, and the study recommended an
+    eager config 15% behind. A pruned run's figure counts for nothing once the config ran
+    in full (:func:`~autotune.results.summarize`)."""
+    best = best_of(trials)
+    if best is None or best_runs < 2:
+        return None
+    summary = {t.number: t for t in summarize(trials)}
+    for t in trials:
+        if t.role != SEARCH or t.round is not None or not t.move:
+            continue
+        if t.move.split("=")[0] not in BIG:
+            continue
+        s = summary.get(t.number)
+        if s is None or s.config.key() == best.config.key() or s.status not in (OK, PRUNED):
+            continue
+        if not FAR_BELOW * best.value <= s.value < best.value:
+            continue
+        runs = [t, *back_to_back(trials, t.number)]
+        if len(runs) >= best_runs:
+            continue
+        full = [r.value for r in runs if r.status == OK] or [t.value]  # a pruned run's part
+        spread = noise_floor(full)
+        if len(full) == 1 or (spread is not None and spread > gain):
+            return t
+    return None
 
 
 def _layout(config: Config) -> tuple[Any, ...]:

@@ -14,11 +14,13 @@ then does one of:
 When the sampler settles on measured ground, an unmeasured neighbour of the best configs
 is queued at once instead (:func:`autotune.study.sampling.unmeasured`).
 
-Two kinds of run spend no budget: the baseline's back-to-back repeats (the noise floor,
-``search.noise_runs``) and the repeats of a new best (``search.best_runs``,
+Three kinds of run spend no budget: the baseline's back-to-back repeats (the noise floor,
+``search.noise_runs``), the repeats of a new best (``search.best_runs``,
 :func:`best_due`): the best so far is the bar every later trial is pruned against, the
 screening moves from and the finalists are drawn by, so its figure is the median of its
-runs, not one run that may have been lucky.
+runs, not one run that may have been lucky; and a second look at a screening move of a
+layout or a compile that landed behind the best (:func:`screening.second_look`): one
+run of it sets the screening's path.
 """
 
 from __future__ import annotations
@@ -149,7 +151,11 @@ class Search:
         ground = Ground.of(study)
         while not self._over(ground, size, start):
             if not waiting_roles(study):  # a queued trial (a retry) comes first
-                if self._noise(study, ground) or self._again(study, ground):
+                if (
+                    self._noise(study, ground)
+                    or self._again(study, ground)
+                    or self._look(study, ground)
+                ):
                     ground = Ground.of(study)
                     continue
                 self._screen(study, ground)
@@ -176,6 +182,18 @@ class Search:
             return False  # a replay answers the same every time
         best = best_due(ground.trials, self.space.search.best_runs, self._margin(ground))
         return best is not None and self._repeat(study, ground, best)
+
+    def _look(self, study: optuna.Study, ground: Ground) -> bool:
+        """Run a screening move of a layout or a compile once more when its run landed
+        behind the best but not far below it (:func:`screening.second_look`): one run of
+        it sets the screening's path. One run per call, by the first worker, spending no
+        budget, as :meth:`_again`."""
+        if self.worker_index or not getattr(self.trials.backend, "noisy", True):
+            return False
+        due = screening.second_look(
+            ground.trials, self.space.search.best_runs, self._margin(ground)
+        )
+        return due is not None and self._repeat(study, ground, due)
 
     def _margin(self, ground: Ground) -> float:
         """The gain a config must show over another to count as ahead: the study's noise

@@ -16,7 +16,7 @@ from autotune import Config, Measurement, load_space, tune
 from autotune.output.console import ConsoleReporter
 from autotune.output.facts import summary_facts
 from autotune.output.report import report_data
-from autotune.results import BASELINE, SEARCH, TrialRecord
+from autotune.results import BASELINE, SEARCH, TrialRecord, summarize
 from autotune.study import screening
 from autotune.study.replay import ReplayBackend
 from autotune.study.reporter import Reporter
@@ -341,6 +341,49 @@ def test_the_incumbent_changes_only_for_a_gain_beyond_min_gain():
     assert screening.starts([failed], 0.03) == []
 
 
+def test_a_layout_or_compile_move_behind_the_best_gets_a_second_look():
+    """One run of packed rows, pruned at 67% of grouped rows' figure, is due another run;
+    so is a compile at 90%, not one at 40% (far below), nor a batch-size move. Its runs
+    that differ by more than the margin get a third; at ``best_runs`` runs, or runs that
+    agree, none more. The pruned run's part-window figure then counts for nothing: packed
+    rows stand at the median of their full runs, feasible."""
+    base = _record(0, 30.0, BASELINE, batch_size=16)
+    grouped = _record(1, 100.0, length_grouping="grouped", batch_size=16)
+    grouped = dataclasses.replace(grouped, move="length_grouping=grouped")
+    packed = _record(2, 67.0, status="pruned", packing="packed", batch_size=16)
+    packed = dataclasses.replace(packed, move="packing=packed")
+    batch = _record(3, 80.0, length_grouping="grouped", batch_size=32)
+    batch = dataclasses.replace(batch, move="batch_size=32")
+    far = _record(4, 40.0, length_grouping="grouped", batch_size=16, compile_mode="default")
+    far = dataclasses.replace(far, move="compile_mode=default")
+    trials = [base, grouped, batch, far, packed]
+    assert screening.second_look(trials, 3, 0.1) is packed
+    assert screening.second_look(trials, 1, 0.1) is None  # best_runs 1: no repeats at all
+    assert screening.second_look([base, grouped, batch, far], 3, 0.1) is None
+
+    def again(number: int, of: TrialRecord, value: float) -> TrialRecord:
+        return dataclasses.replace(
+            of,
+            number=number,
+            value=value,
+            role="repeat",
+            status="ok",
+            repeat_of=of.number,
+            move=None,
+        )
+
+    second = [*trials, again(5, packed, 95.0)]
+    assert screening.second_look(second, 3, 0.1) is packed  # one run in full
+    third = [*second, again(6, packed, 96.0)]
+    assert screening.second_look(third, 3, 0.1) is None  # three runs
+    assert screening.second_look(third, 4, 0.1) is None  # 95 and 96 agree: the 67 was cut
+    (summary,) = [t for t in summarize(third) if t.number == packed.number]
+    assert summary.feasible and summary.value == pytest.approx(95.5) and summary.runs == 2
+    assert screening.second_look([*second, again(6, packed, 60.0)], 4, 0.1) is packed
+    close = dataclasses.replace(far, value=90.0)
+    assert screening.second_look([base, grouped, batch, close], 3, 0.1) is close
+
+
 def test_a_move_of_a_knob_that_needs_another_waits_until_the_incumbent_activates_it(
     write_space,
 ):
@@ -536,6 +579,48 @@ def test_a_replayed_text_study_moves_the_batch_size_in_the_packed_rival_layout(t
     ]
     best = max(result.trials, key=lambda t: t.value)
     assert (best.config.packing, best.config.batch_size) == ("packed", 32)  # 83.8k tokens/s
+
+
+class _FirstRunOff(ReplayBackend):
+    """The table's rates, except ``config``'s first run at ``factor`` times its rate (a
+    disturbed run); its answers vary, so the search runs repeats."""
+
+    noisy = True
+
+    def __init__(self, table: dict, baseline: Config, config: Config, factor: float) -> None:
+        super().__init__(table, baseline)
+        self.config, self.factor = config, factor
+
+    def run_trial(self, space, config, folder, best_value=None):
+        m = super().run_trial(space, config, folder, best_value)
+        first = [c.key() for c in self.calls].count(config.key()) == 1
+        if config.key() == self.config.key() and first:
+            rates = ("samples_per_s", "tokens_per_s")
+            return m.replace(**{k: getattr(m, k) * self.factor for k in rates if getattr(m, k)})
+        return m
+
+
+@pytest.mark.parametrize("best_runs", [3, 1])
+def test_a_disturbed_run_of_packed_rows_gets_a_second_look(tmp_path, best_runs):
+    """text_grid (recorded), packed rows' one run disturbed to 60% of its rate (36k
+    tokens/s, 44% behind grouped rows' 64.3k: no rival layout). Run again, packed rows
+    stand at their median (60.5k, 6% behind), the batch size moves in them, and the
+    study reaches packed rows at batch 32 (83.8k, the best). With ``best_runs`` 1 (no
+    repeats) the disturbed run decides: no batch size moves in packed rows."""
+    table = json.loads((ROOT / "benchmarks/tables/text_grid.json").read_text())
+    space = _screened(table, best_runs=best_runs)
+    packed = screening.moved(space, space.baseline, Move("packing", "packed"))
+    backend = _FirstRunOff(table, space.baseline, packed, 0.6)
+    result = tune(space, storage="memory", out_dir=tmp_path, backend=backend, n_trials=8)
+    runs = [c.key() for c in backend.calls].count(packed.key())
+    in_layout = [t.move for t in result.trials if t.move and t.move.endswith("rival layout")]
+    best = max((t for t in result.trials if t.feasible), key=lambda t: t.value)
+    if best_runs == 1:
+        assert runs == 1 and in_layout == []
+        return
+    assert runs == 3  # the disturbed run, then two that agree
+    assert in_layout[:1] == ["batch_size=64 in the rival layout"], in_layout
+    assert (best.config.packing, best.config.batch_size) == ("packed", 32)
 
 
 # --- a replayed study: one knob per trial, then TPE -------------------------------------
