@@ -86,8 +86,10 @@ class ConsoleReporter(Reporter):
         elif record.round is not None:
             again = f", again #{record.repeat_of}" if record.role == REPEAT else ""
             head = f"confirm round {record.round}{again}"
-        elif record.role == REPEAT:  # the baseline again, back to back: the noise floor
-            head = f"noise run, again #{record.repeat_of}"
+        elif record.role == REPEAT and baseline and record.repeat_of == baseline.number:
+            head = f"noise run, again #{record.repeat_of}"  # back to back: the noise floor
+        elif record.role == REPEAT:  # a new best's runs, a screening move's second look
+            head = f"run again #{record.repeat_of}"
         else:
             head = f"trial {done}{of}"
         role = f"screen {record.move}" if record.move else record.role
