@@ -668,6 +668,20 @@ def back_to_back(trials: list[TrialRecord], number: int) -> list[TrialRecord]:
     return [t for t in trials if t.role == REPEAT and t.repeat_of == number and t.round is None]
 
 
+def runs_due(trials: list[TrialRecord], first: TrialRecord, most: int, gain: float) -> bool:
+    """Whether ``first``'s config is due another back-to-back run: it has fewer than
+    ``most`` runs, and one of them in full (a pruned run's figure is a part of its window)
+    or full runs that differ by more than ``gain`` (the study's margin). A new best's runs
+    (:func:`autotune.study.search.best_due`) and a screening move's second look
+    (:func:`autotune.study.screening.second_look`) read it."""
+    runs = [first, *back_to_back(trials, first.number)]
+    if len(runs) >= most:
+        return False
+    full = [r.value for r in runs if r.status == OK] or [first.value]
+    spread = noise_floor(full)
+    return len(full) == 1 or (spread is not None and spread > gain)
+
+
 def _paired_ratios(trials: list[TrialRecord], a: TrialRecord, b: TrialRecord) -> tuple[float, ...]:
     """Per confirmation round both ran in, ``a``'s value over ``b``'s."""
     ours, theirs = _round_runs(trials, a.config.key()), _round_runs(trials, b.config.key())

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import Config
-from ..decisions import noise_floor
 from ..errors import AutotuneError
 from ..knobs import KNOBS
 from ..measurement import OK, PRUNED, Measurement, median_of
@@ -38,8 +37,8 @@ from ..results import (  # noqa: F401 (screening.MOVE)
     MOVE,
     SEARCH,
     TrialRecord,
-    back_to_back,
-    best_of,
+    ranked,
+    runs_due,
     summarize,
 )
 from ..space import Space
@@ -525,10 +524,11 @@ def second_look(trials: list[TrialRecord], best_runs: int, gain: float) -> Trial
     cpu.yaml's two compiled runs were stopped 24% behind, and the study recommended an
     eager config 15% behind. A pruned run's figure counts for nothing once the config ran
     in full (:func:`~autotune.results.summarize`)."""
-    best = best_of(trials)
-    if best is None or best_runs < 2:
+    summarized = summarize(trials)
+    top = ranked(summarized)
+    if not top or best_runs < 2:
         return None
-    summary = {t.number: t for t in summarize(trials)}
+    best, summary = top[0], {t.number: t for t in summarized}
     for t in trials:
         if t.role != SEARCH or t.round is not None or not t.move:
             continue
@@ -539,12 +539,7 @@ def second_look(trials: list[TrialRecord], best_runs: int, gain: float) -> Trial
             continue
         if not FAR_BELOW * best.value <= s.value < best.value:
             continue
-        runs = [t, *back_to_back(trials, t.number)]
-        if len(runs) >= best_runs:
-            continue
-        full = [r.value for r in runs if r.status == OK] or [t.value]  # a pruned run's part
-        spread = noise_floor(full)
-        if len(full) == 1 or (spread is not None and spread > gain):
+        if runs_due(trials, t, best_runs, gain):
             return t
     return None
 

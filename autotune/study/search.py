@@ -34,7 +34,7 @@ from typing import Any
 import optuna
 
 from ..config import Config
-from ..decisions import margin, noise_floor
+from ..decisions import margin
 from ..measurement import PREDICTED_OVER_MEMORY
 from ..results import (
     BASELINE,
@@ -48,6 +48,7 @@ from ..results import (
     baseline_runs,
     best_of,
     ranked,
+    runs_due,
     summarize,
 )
 from ..space import Space
@@ -467,10 +468,4 @@ def best_due(trials: list[TrialRecord], best_runs: int, gain: float) -> TrialRec
     if any(t.round is not None and t.config.key() == key for t in trials):
         return None  # the confirmation's rounds measure it
     first = next(t for t in trials if t.number == best.number)
-    runs = [first, *back_to_back(trials, best.number)]
-    if len(runs) >= best_runs:
-        return None
-    if len(runs) == 1:
-        return best
-    spread = noise_floor([t.value for t in runs])
-    return best if spread is not None and spread > gain else None
+    return best if runs_due(trials, first, best_runs, gain) else None
