@@ -210,7 +210,10 @@ def peaks_text(environment: dict[str, Any]) -> str:
     parts = []
     for key, found in (environment.get("peak_flops") or {}).items():
         if "flops_per_s" in found:
-            parts.append(f"{peak_name(key)} {flops_text(found['flops_per_s'])}/s")
+            part = f"{peak_name(key)} {flops_text(found['flops_per_s'])}/s"
+            if found.get("capped"):
+                part += f" (matmul {found['size']}: larger ones too slow)"
+            parts.append(part)
         else:
             parts.append(f"{peak_name(key)}: {found.get('error', 'not measured')}")
     text = "measured " + ", ".join(parts)

@@ -9,7 +9,7 @@ datasheet peak of a GPU NVML names is recorded beside it (:data:`autotune.mfu.DA
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -30,6 +30,22 @@ PLATEAU_GAIN = 0.05
 # slower, never faster.
 WINDOWS = 3
 WINDOW_S = 0.04
+# A size whose matmuls would take longer than this (its untimed one and one per window,
+# at the best rate so far) is not tried: the plateau is then the largest size within it,
+# recorded as ``capped``. Why: where a dtype has no hardware path the rate is a hundredth
+# of fp32's (bf16 on the 2-core AMD EPYC without bf16 units: 1.3 GFLOP/s, a 1024 matmul
+# 1.6 s, a 2048 one 13 s), and the doubling ran the probe past its 120 s limit on CI
+# (2026-12-06); such a dtype is no lever, so the last doublings would tell nothing.
+SIZE_S = 1.0
+
+
+class Plateau(NamedTuple):
+    """A dtype's measured peak: the best rate (FLOP/s), the square size that reached
+    it, and whether the doubling stopped on :data:`SIZE_S` rather than on a plateau."""
+
+    rate: float
+    size: int
+    capped: bool = False
 
 
 def _sync(device: torch.device) -> None:
@@ -59,22 +75,26 @@ def matmul_rate(n: int, dtype: torch.dtype, device: torch.device) -> float:
     return best
 
 
-def plateau(dtype: torch.dtype, device: torch.device) -> tuple[float, int]:
+def plateau(dtype: torch.dtype, device: torch.device) -> Plateau:
     """The highest matmul rate (FLOP/s) and the size that reached it, doubling the size
     until two sizes in a row do not raise the best rate by :data:`PLATEAU_GAIN` (one
-    slow size, a moment another process took a core, does not end the search)."""
+    slow size, a moment another process took a core, does not end the search), or until
+    the next size would take longer than :data:`SIZE_S`."""
     n, best, size, flat = START[device.type], 0.0, 0, 0
     while n <= LARGEST[device.type] and flat < 2:
+        if best and (WINDOWS + 1) * 2 * n**3 / best > SIZE_S:
+            return Plateau(best, size, capped=True)
         rate = matmul_rate(n, dtype, device)
         flat = flat + 1 if rate <= best * (1 + PLATEAU_GAIN) else 0
         if rate > best:
             best, size = rate, n
         n *= 2
-    return best, size
+    return Plateau(best, size)
 
 
 def measured_peaks(keys: list[str], device: torch.device) -> dict[str, Any]:
-    """Each key's measured peak: ``{key: {"flops_per_s", "size"}}``, or ``{"error"}``
+    """Each key's measured peak: ``{key: {"flops_per_s", "size"}}`` (and ``"capped"``
+    where :data:`SIZE_S` stopped the doubling), or ``{"error"}``
     for one that cannot run here. ``fp32-high``/``fp32-medium`` run fp32 matmuls under
     that ``set_float32_matmul_precision``."""
     out: dict[str, Any] = {}
@@ -84,11 +104,13 @@ def measured_peaks(keys: list[str], device: torch.device) -> dict[str, Any]:
             dtype_name, _, precision = key.partition("-")
             torch.set_float32_matmul_precision(precision or "highest")
             try:
-                rate, size = plateau(getattr(torch, DTYPE_OF[dtype_name]), device)
+                found = plateau(getattr(torch, DTYPE_OF[dtype_name]), device)
             except RuntimeError as exc:  # e.g. no fp16 matmul on this CPU
                 out[key] = {"error": str(exc).splitlines()[0][:200]}
                 continue
-            out[key] = {"flops_per_s": rate, "size": size}
+            out[key] = {"flops_per_s": found.rate, "size": found.size}
+            if found.capped:
+                out[key]["capped"] = True
     finally:
         torch.set_float32_matmul_precision(before)
     return out

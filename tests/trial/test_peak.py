@@ -9,6 +9,7 @@ import time
 import pytest
 import torch
 
+from autotune import mfu
 from autotune.trial import peak
 from autotune.trial.probe import usable_peak_keys
 
@@ -24,12 +25,34 @@ def test_the_plateau_is_the_best_rate_once_two_sizes_in_a_row_add_nothing(monkey
         return rates[n]
 
     monkeypatch.setattr(peak, "matmul_rate", rate)
-    assert peak.plateau(torch.float32, CPU) == (83e9, 2048)
+    assert peak.plateau(torch.float32, CPU) == (83e9, 2048, False)
     rates.update({512: 40e9, 1024: 90e9})  # one slow size (a busy moment) does not end it
-    assert peak.plateau(torch.float32, CPU) == (90e9, 1024)
+    assert peak.plateau(torch.float32, CPU) == (90e9, 1024, False)
     tried.clear()
     rates.update({512: 40e9, 1024: 45e9})  # two in a row do
-    assert peak.plateau(torch.float32, CPU) == (50e9, 256) and tried == [256, 512, 1024]
+    assert peak.plateau(torch.float32, CPU) == (50e9, 256, False)
+    assert tried == [256, 512, 1024]
+
+
+def test_a_dtype_without_a_fast_path_stops_before_a_size_too_slow_to_time(monkeypatch):
+    # bf16 on a CPU without bf16 units (the AMD EPYC of 2026-12-06): ~1.3 GFLOP/s and
+    # rising a little with the size, so no two sizes in a row are flat. A 1024 matmul
+    # there takes 1.6 s, four of them (one untimed, one per window) 6.5 s: over SIZE_S,
+    # not tried; the doubling would have gone on to 2048 (13 s a matmul) and past the
+    # probe's time limit.
+    rates = {256: 1.20e9, 512: 1.30e9, 1024: 1.40e9, 2048: 1.50e9}
+    tried = []
+
+    def rate(n, dtype, device):
+        tried.append(n)
+        return rates[n]
+
+    monkeypatch.setattr(peak, "matmul_rate", rate)
+    assert peak.plateau(torch.bfloat16, CPU) == (1.30e9, 512, True)
+    assert tried == [256, 512]
+    found = peak.measured_peaks(["bf16"], CPU)["bf16"]
+    assert found == {"flops_per_s": 1.30e9, "size": 512, "capped": True}
+    assert "larger ones too slow" in mfu.peaks_text({"peak_flops": {"bf16": found}})
 
 
 @pytest.fixture
