@@ -177,8 +177,9 @@ class SearchSettings:
             lucky run otherwise sets a bar the config itself cannot reach, and every
             config measured after it is pruned or passed over against it. 1: the first
             run is the figure. Spends no budget; never on a machine-free replay. The
-            same count bounds a screening move of a layout or a compile that landed
-            behind the best, not far below it (``screening.second_look``).
+            same count bounds a screening move that landed behind the best but not
+            clearly: a layout or a compile at half of it or more, any other move in
+            full within the pruning margin (``screening.second_look``).
         ablate: in the same rounds, measure the winner with each knob that differs from
             the baseline set back to the baseline's value: each knob's contribution. Knobs
             whose contribution is within noise are dropped from the recommendation.

@@ -510,20 +510,30 @@ def rival_layout(trials: list[TrialRecord], min_gain: float, within: float) -> T
     return max(rivals, key=lambda t: t.value, default=None)
 
 
-def second_look(trials: list[TrialRecord], best_runs: int, gain: float) -> TrialRecord | None:
-    """The first screening trial of a :data:`BIG` move that is due another run: its config
-    landed behind the best so far (:func:`~autotune.results.best_of`) but at
-    :data:`FAR_BELOW` of it or more, pruned or not, and has one run, or fewer than
-    ``best_runs`` that differ by more than ``gain`` (the study's margin), as a new best
-    gets (:func:`autotune.study.search.best_due`); a pruned run is no run here, its figure
-    a part of its window. ``None`` when none is.
+def second_look(
+    trials: list[TrialRecord], best_runs: int, gain: float, doubt: float
+) -> TrialRecord | None:
+    """The first screening trial of a move that is due another run: its config landed
+    behind the best so far (:func:`~autotune.results.best_of`) but not clearly, and has
+    one run, or fewer than ``best_runs`` that differ by more than ``gain`` (the study's
+    margin), as a new best gets (:func:`autotune.study.search.best_due`); a pruned run is
+    no run here, its figure a part of its window. ``None`` when none is.
+
+    Not clearly behind: for a :data:`BIG` move (a layout, a compile), at
+    :data:`FAR_BELOW` of the best or more, pruned or not; for any other move (the batch
+    size, workers...), a run in full within ``doubt`` of the best, the pruning margin:
+    the band in which the pruner let it run because it might still be the best.
 
     One run of a layout or a compile sets the screening's path: on the 2-core machine
     (2026-12-06), text.yaml's one run of packed rows was pruned 33% behind grouped ones on a
     17% noise floor, so no batch size moved in packed rows, which lead by 16% at batch 64;
     cpu.yaml's two compiled runs were stopped 24% behind, and the study recommended an
     eager config 15% behind. A pruned run's figure counts for nothing once the config ran
-    in full (:func:`~autotune.results.summarize`)."""
+    in full (:func:`~autotune.results.summarize`). One run of a batch size decides as
+    much: on the AMD EPYC (text.yaml a6b2386, 2026-12-06 20:19 UTC, study 2) packed rows
+    at batch 64 made 58.6k tokens/s once, 6% behind the best (packed rows at batch 16,
+    62.2k) on a 20% pruning margin; no batch size moved from them, and the study crowned
+    grouped rows at batch 32, which the head-to-head put 8.4% behind packed rows at 64."""
     summarized = summarize(trials)
     top = ranked(summarized)
     if not top or best_runs < 2:
@@ -532,12 +542,14 @@ def second_look(trials: list[TrialRecord], best_runs: int, gain: float) -> Trial
     for t in trials:
         if t.role != SEARCH or t.round is not None or not t.move:
             continue
-        if t.move.split("=")[0] not in BIG:
-            continue
         s = summary.get(t.number)
         if s is None or s.config.key() == best.config.key() or s.status not in (OK, PRUNED):
             continue
-        if not FAR_BELOW * best.value <= s.value < best.value:
+        if t.move.split("=")[0] in BIG:
+            close = FAR_BELOW * best.value <= s.value
+        else:
+            close = s.status == OK and s.value * (1 + doubt) >= best.value
+        if not close or s.value >= best.value:
             continue
         if runs_due(trials, t, best_runs, gain):
             return t

@@ -18,9 +18,10 @@ Three kinds of run spend no budget: the baseline's back-to-back repeats (the noi
 ``search.noise_runs``), the repeats of a new best (``search.best_runs``,
 :func:`best_due`): the best so far is the bar every later trial is pruned against, the
 screening moves from and the finalists are drawn by, so its figure is the median of its
-runs, not one run that may have been lucky; and a second look at a screening move of a
-layout or a compile that landed behind the best (:func:`screening.second_look`): one
-run of it sets the screening's path.
+runs, not one run that may have been lucky; and a second look at a screening move that
+landed behind the best but not clearly (:func:`screening.second_look`: a layout or a
+compile at half the best or more, any other move within the pruning margin): one run of
+it sets the screening's path.
 """
 
 from __future__ import annotations
@@ -185,14 +186,16 @@ class Search:
         return best is not None and self._repeat(study, ground, best)
 
     def _look(self, study: optuna.Study, ground: Ground) -> bool:
-        """Run a screening move of a layout or a compile once more when its run landed
-        behind the best but not far below it (:func:`screening.second_look`): one run of
-        it sets the screening's path. One run per call, by the first worker, spending no
-        budget, as :meth:`_again`."""
+        """Run a screening move once more when its run landed behind the best but not
+        clearly (:func:`screening.second_look`): one run of it sets the screening's path.
+        One run per call, by the first worker, spending no budget, as :meth:`_again`."""
         if self.worker_index or not getattr(self.trials.backend, "noisy", True):
             return False
         due = screening.second_look(
-            ground.trials, self.space.search.best_runs, self._margin(ground)
+            ground.trials,
+            self.space.search.best_runs,
+            self._margin(ground),
+            self._prune_margin(ground),
         )
         return due is not None and self._repeat(study, ground, due)
 
