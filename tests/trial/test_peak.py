@@ -16,15 +16,22 @@ from autotune.trial.probe import usable_peak_keys
 CPU = torch.device("cpu")
 
 
-def test_the_plateau_is_the_best_rate_once_two_sizes_in_a_row_add_nothing(monkeypatch):
-    rates = {256: 50e9, 512: 80e9, 1024: 82e9, 2048: 83e9}  # flat within 5% from 512
-    tried = []
+def _rates(monkeypatch, rates: dict[int, float]) -> list[int]:
+    """``matmul_rate`` answers ``rates[n]`` (looked up at each call, so a test may change
+    them); returns the list of the sizes asked for, in order."""
+    tried: list[int] = []
 
     def rate(n, dtype, device):
         tried.append(n)
         return rates[n]
 
     monkeypatch.setattr(peak, "matmul_rate", rate)
+    return tried
+
+
+def test_the_plateau_is_the_best_rate_once_two_sizes_in_a_row_add_nothing(monkeypatch):
+    rates = {256: 50e9, 512: 80e9, 1024: 82e9, 2048: 83e9}  # flat within 5% from 512
+    tried = _rates(monkeypatch, rates)
     assert peak.plateau(torch.float32, CPU) == (83e9, 2048, False)
     rates.update({512: 40e9, 1024: 90e9})  # one slow size (a busy moment) does not end it
     assert peak.plateau(torch.float32, CPU) == (90e9, 1024, False)
@@ -40,14 +47,7 @@ def test_a_dtype_without_a_fast_path_stops_before_a_size_too_slow_to_time(monkey
     # there takes 1.6 s, four of them (one untimed, one per window) 6.5 s: over SIZE_S,
     # not tried; the doubling would have gone on to 2048 (13 s a matmul) and past the
     # probe's time limit.
-    rates = {256: 1.20e9, 512: 1.30e9, 1024: 1.40e9, 2048: 1.50e9}
-    tried = []
-
-    def rate(n, dtype, device):
-        tried.append(n)
-        return rates[n]
-
-    monkeypatch.setattr(peak, "matmul_rate", rate)
+    tried = _rates(monkeypatch, {256: 1.20e9, 512: 1.30e9, 1024: 1.40e9, 2048: 1.50e9})
     assert peak.plateau(torch.bfloat16, CPU) == (1.30e9, 512, True)
     assert tried == [256, 512]
     found = peak.measured_peaks(["bf16"], CPU)["bf16"]
