@@ -205,8 +205,9 @@ def flops_text(x: float) -> str:
 
 
 def peaks_text(environment: dict[str, Any]) -> str:
-    """``fp32 97.1 GFLOP/s (matmul 1024), bf16 ...``: the measured peaks, and the
-    datasheet's on a known GPU."""
+    """``measured fp32 97.1 GFLOP/s, bf16 1.3 GFLOP/s (matmul 512: larger ones too
+    slow)``: the measured peaks (the size named where :data:`autotune.trial.peak.SIZE_S`
+    stopped the doubling), and the datasheet's on a known GPU."""
     parts = []
     for key, found in (environment.get("peak_flops") or {}).items():
         if "flops_per_s" in found:
