@@ -163,12 +163,15 @@ def test_a_fast_step_framework_trials_window_lasts_its_least_time(tmp_path, func
     if function == "make_pair":
         pytest.importorskip("lightning")
     record = tmp_path / "record.json"
-    # The pair's step takes ~2 ms here: both times are under MAX_STEPS_FACTOR x the steps
-    times = "min_warmup_s: 0.05, min_window_s: 0.25"
+    # Each least time must be well over one step, so that the least steps cannot cover it
+    # (the Trainer's step takes up to ~60 ms on a slow 2-core machine, the pair's ~2 ms),
+    # and under MAX_STEPS_FACTOR x the least steps, so that the cap does not stop it first.
+    warmup_s, window_s = {"make_trainer": (0.3, 0.6), "make_pair": (0.05, 0.25)}[function]
+    times = f"min_warmup_s: {warmup_s}, min_window_s: {window_s}"
     m = _trial(tmp_path, function, {"record": str(record)}, times=times)
     assert m.ok, m.reason
-    assert m.window_s >= 0.25 and m.measured_steps > MEASURED
-    assert m.warmup_s >= 0.05
+    assert m.window_s >= window_s and m.measured_steps > MEASURED
+    assert m.warmup_s >= warmup_s
     seen = json.loads(record.read_text())["steps"]
     assert seen == len(m.losses) and seen > WARMUP + m.measured_steps  # the warm-up's too
     assert m.measured_steps <= MEASURED * 100  # never past MAX_STEPS_FACTOR
