@@ -100,3 +100,72 @@ def test_the_rows_are_the_knobs_the_recommendation_keeps_whatever_their_own_deci
         kept_together=("channels_last",),
     )
     assert [row[3] for row in repro.kept_rows([together], baseline)] == [False, True]
+
+
+def _judge(per_round: dict[int, list[float]], rounds: int, max_rounds: int):
+    """The head-to-head of three configs, baseline first, whose rates in round r are
+    ``per_round``'s: ``{batch size: [rate in round 0, 1, ...]}``; the rounds it ran."""
+    from autotune import Config
+
+    configs = [Config(batch_size=b) for b in per_round]
+    ran: list[int] = []
+
+    def measure(config: Config, r: int) -> float:
+        ran.append(r)
+        return per_round[config.batch_size][r]
+
+    recommended = [c.key() for c in configs[1:]]
+    ratios = repro.head_to_head(
+        measure, configs, rounds, max_rounds, repro.settled_for(recommended)
+    )
+    assert ran == sorted(ran) and len(ran) == 3 * len(ratios[configs[0].key()])
+    return len(ratios[configs[0].key()])
+
+
+def test_the_rounds_stop_at_the_least_when_every_regret_is_clear():
+    # 2.0x and 1.5x the baseline each round: the slower one's regret is 25%, plain
+    assert _judge({8: [100.0] * 20, 16: [200.0] * 20, 32: [150.0] * 20}, 4, 20) == 4
+
+
+def test_the_rounds_go_on_while_a_close_call_straddles_the_goal_and_stop_at_the_cap():
+    # the two recommendations swap places round by round: regret around 0, interval -10%..9%
+    fast, slow = [200.0, 180.0] * 10, [180.0, 200.0] * 10
+    assert _judge({8: [100.0] * 20, 16: fast, 32: slow}, 4, 12) == 12
+    assert _judge({8: [100.0] * 20, 16: fast, 32: slow}, 4, 4) == 4  # a fixed batch
+
+
+def test_the_rounds_stop_once_the_interval_clears_the_goal():
+    # best/ours per round: 0.9, 1.3, 0.95, then 1.3 on; the sign test's interval at 87.5%
+    # takes the lowest of 4-5 rounds (0.9), the 2nd lowest of 6-8 (0.95), the 3rd of 9
+    # (1.3): a regret wholly above 3% from round 9
+    ours = [130.0 / 0.9, 100.0, 130.0 / 0.95] + [100.0] * 17
+    assert _judge({8: [100.0] * 20, 16: [130.0] * 20, 32: ours}, 4, 20) == 9
+
+
+def test_a_failed_run_never_settles_the_rounds():
+    ours = [150.0] * 3 + [0.0] + [150.0] * 16  # the run of round 4 failed
+    assert _judge({8: [100.0] * 20, 16: [200.0] * 20, 32: ours}, 4, 9) == 9
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--rounds", "8", "--max-rounds", "6"], "--max-rounds at least --rounds"),
+        (["--rejudge"], "--rejudge needs --out"),
+    ],
+)
+def test_the_arguments_are_refused_with_the_field_named(argv, message, monkeypatch, capsys):
+    space = str(ROOT / "search_spaces" / "cpu.yaml")
+    monkeypatch.setattr(sys, "argv", ["reproducibility.py", space, *argv])
+    with pytest.raises(SystemExit) as exit_:
+        repro.main()
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_rejudge_refuses_a_folder_without_studies(tmp_path, monkeypatch, capsys):
+    space = str(ROOT / "search_spaces" / "cpu.yaml")
+    argv = ["reproducibility.py", space, "--rejudge", "--out", str(tmp_path)]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit):
+        repro.main()
+    assert f"--rejudge: no study in {tmp_path / 'study1'}" in capsys.readouterr().err
