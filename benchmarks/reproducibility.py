@@ -12,8 +12,10 @@ every recommendation's regret interval lies on one side of the goal (at or below
 wholly above it), or ``--max-rounds`` (the default: as many as ``--rounds``, a fixed
 batch). A judge of 8 fixed rounds could not rank recommendations a few percent apart on a
 machine whose paired rounds spread 0.82-1.21x (text.yaml, 2026-12-07): each interval
-spanned 15-35 points. ``--rejudge`` measures the studies already in ``--out`` again, in a
-new head-to-head folder, without running them anew. It prints:
+spanned 15-35 points. A sequential judge looks at its intervals after every round, and
+each look is a chance to call a close call resolved by luck: ask it a higher
+``--confidence`` than the study's own 87.5%. ``--rejudge`` measures the studies already
+in ``--out`` again, in a new head-to-head folder, without running them anew. It prints:
 
 - per study: its recommendation, claimed speedup, kept knobs (each contribution's
   decision), the noise floor, and the knobs it left unresolved;
@@ -49,7 +51,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from autotune import Config, load_space
-from autotune.decisions import interval
+from autotune.decisions import CONFIDENCE, interval
 from autotune.knobs import KNOBS
 from autotune.results import TuneResult
 from autotune.study.runner import run_trial
@@ -160,23 +162,27 @@ def trial_measure(space_path: Path, folder: Path) -> Callable[[Config, int], flo
     return measure
 
 
-def regret_interval(best: list[float], ours: list[float]) -> tuple[float, float] | None:
+def regret_interval(
+    best: list[float], ours: list[float], confidence: float = CONFIDENCE
+) -> tuple[float, float] | None:
     """The sign test's interval on a config's regret against ``best``, from their ratios
     to the baseline in the same rounds: ``1 - 1/x`` of the interval on the median of
-    best/ours per round; ``None`` with too few rounds (or a failed run)."""
+    best/ours per round, each bound at one-sided ``confidence``; ``None`` with too few
+    rounds (or a failed run)."""
     paired = [b / o for b, o in zip(best, ours, strict=True) if o > 0]
-    bounds = interval(paired) if len(paired) == len(best) else None
+    bounds = interval(paired, confidence) if len(paired) == len(best) else None
     if bounds is None:
         return None
     return 1 - 1 / bounds[0], 1 - 1 / bounds[1]
 
 
-def regrets(ratios: dict[str, list[float]]):
+def regrets(ratios: dict[str, list[float]], confidence: float = CONFIDENCE):
     """From the head-to-head's ratios: the best config's key (the top median ratio to the
     baseline), each config's median, and each one's regret interval against the best."""
     medians = {k: statistics.median(v) for k, v in ratios.items() if v}
     best = max(medians, key=medians.__getitem__)
-    return best, medians, {k: regret_interval(ratios[best], ratios[k]) for k in medians}
+    bounds = {k: regret_interval(ratios[best], ratios[k], confidence) for k in medians}
+    return best, medians, bounds
 
 
 def resolved(bounds: tuple[float, float] | None) -> bool:
@@ -184,14 +190,16 @@ def resolved(bounds: tuple[float, float] | None) -> bool:
     return bounds is not None and (bounds[1] <= GOAL_REGRET or bounds[0] > GOAL_REGRET)
 
 
-def settled_for(recommended: list[str]) -> Callable[[dict[str, list[float]]], bool]:
+def settled_for(
+    recommended: list[str], confidence: float = CONFIDENCE
+) -> Callable[[dict[str, list[float]]], bool]:
     """The head-to-head's stopping rule: every recommendation's regret interval is
     :func:`resolved` (a failed run leaves its interval ``None``: never settled)."""
 
     def settled(ratios: dict[str, list[float]]) -> bool:
         if not all(ratios.values()):
             return False
-        _, _, bounds = regrets(ratios)
+        _, _, bounds = regrets(ratios, confidence)
         return all(resolved(bounds.get(k)) for k in recommended)
 
     return settled
@@ -221,6 +229,13 @@ def main() -> None:
         "of the goal (default: --rounds, a fixed batch)",
     )
     parser.add_argument(
+        "--confidence",
+        type=float,
+        default=CONFIDENCE,
+        help="one-sided confidence of each bound of a regret interval (default: the "
+        "study's own, %(default)s); a sequential judge looks after every round, so ask more",
+    )
+    parser.add_argument(
         "--rejudge",
         action="store_true",
         help="judge the studies already in --out again (a new head-to-head), running none",
@@ -234,6 +249,8 @@ def main() -> None:
         parser.error(
             "--studies must be at least 2, --rounds at least 1, --max-rounds at least --rounds"
         )
+    if not 0.5 < args.confidence < 1:
+        parser.error("--confidence must lie between 0.5 and 1")
     if args.rejudge and args.out is None:
         parser.error("--rejudge needs --out: the folder of the studies to judge again")
     space = load_space(args.space)
@@ -272,12 +289,13 @@ def main() -> None:
         folder = root / f"head_to_head_{n}"  # --rejudge: the earlier ones stay as they were
     recommended = [r.best.config.key() for r in results]
     measure = trial_measure(args.space.resolve(), folder)
-    ratios = head_to_head(measure, configs, args.rounds, max_rounds, settled_for(recommended))
+    settled = settled_for(recommended, args.confidence)
+    ratios = head_to_head(measure, configs, args.rounds, max_rounds, settled)
     ran = len(ratios[baseline.key()])
-    best, medians, bounds = regrets(ratios)
+    best, medians, bounds = regrets(ratios, args.confidence)
     top = medians[best]
     if max_rounds > args.rounds:
-        state = "settled" if settled_for(recommended)(ratios) else "unresolved, at the cap"
+        state = "settled" if settled(ratios) else "unresolved, at the cap"
         print(f"after {ran} paired rounds: {state} (each regret interval on one side of the goal?)")
     regret = [1 - medians[k] / top for k in recommended]
     for c in configs:
@@ -294,7 +312,8 @@ def main() -> None:
     print(
         f"regret over {len(results)} studies: median {statistics.median(regret):.1%}, "
         f"max {max(regret):.1%} (goal <= {GOAL_REGRET:.0%}: "
-        f"{verdict([bounds[k] for k in recommended])})"
+        f"{verdict([bounds[k] for k in recommended])}; intervals {args.confidence:.1%} "
+        "one-sided per bound)"
     )
     worth: dict[str, list[float]] = {}
     for r in results:
