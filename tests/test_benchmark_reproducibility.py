@@ -106,6 +106,22 @@ def test_the_rows_are_the_knobs_the_recommendation_keeps_whatever_their_own_deci
     assert [row[3] for row in repro.kept_rows([together], baseline)] == [False, True]
 
 
+def test_a_study_keeps_the_padding_lever_with_either_layout():
+    """text.yaml, 2026-12-07: packed rows in 3 studies, rows grouped by length in 2: the
+    lever kept in 5 of 5, each knob on its own in 3 and 2."""
+    from types import SimpleNamespace
+
+    from autotune import Config
+
+    baseline = Config(batch_size=16, accumulation_steps=4)
+    packed = baseline.replace(packing="packed", pack_length=128)
+    grouped = baseline.replace(length_grouping="grouped", batch_size=64)
+    results = [SimpleNamespace(best=SimpleNamespace(config=c)) for c in (packed, grouped)]
+    assert repro.rows_kept(results, baseline) == 2
+    plain = SimpleNamespace(best=SimpleNamespace(config=baseline.replace(batch_size=64)))
+    assert repro.rows_kept([*results, plain], baseline) == 2
+
+
 def _judge(
     per_round: dict[int, list[float]], rounds: int, max_rounds: int, confidence: float = 0.875
 ):
