@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import statistics
 import sys
 
 import pytest
@@ -26,6 +27,11 @@ def test_the_regret_interval_is_the_sign_tests_on_the_paired_ratios_to_the_best(
     assert low == pytest.approx(1 - 1 / (2.932 / 2.506))
     assert high == pytest.approx(1 - 1 / (2.361 / 1.372))
     assert repro.regret_interval(BEST, BEST) == (0.0, 0.0)
+    # its regret is the median of the same paired ratios (1.256 and 1.484: 1.370), inside
+    # the interval; the ratio of the medians (2.383 / 1.496) is another figure
+    assert repro.paired_regret(BEST, BF16) == pytest.approx(1 - 1 / ((1.256 + 1.484) / 2), abs=2e-3)
+    low, high = repro.regret_interval(BEST, BF16)
+    assert low <= repro.paired_regret(BEST, BF16) <= high
     # at 95% one-sided the lowest and the highest of six bound it
     assert repro.regret_interval(BEST, BF16, 0.95) == pytest.approx(
         (1 - 1 / (1.391 / 1.711), 1 - 1 / (2.684 / 1.377))
@@ -104,6 +110,23 @@ def test_the_rows_are_the_knobs_the_recommendation_keeps_whatever_their_own_deci
         kept_together=("channels_last",),
     )
     assert [row[3] for row in repro.kept_rows([together], baseline)] == [False, True]
+
+
+def test_the_best_is_the_config_that_loses_least_in_paired_rounds():
+    """cpu.yaml, 2026-12-07 (40 rounds, here 5): the top median ratio to the baseline
+    (A, 1.10x) lost to B in 4 rounds of 5; regrets against A read below zero."""
+    ratios = {
+        "base": [1.0] * 5,
+        "A": [1.10, 1.30, 0.90, 1.12, 0.80],
+        "B": [1.20, 1.40, 1.00, 1.05, 0.95],
+    }
+    # medians to the baseline: A 1.10, B 1.05; paired B/A: 1.09 1.08 1.11 0.94 1.19
+    assert statistics.median(ratios["A"]) > statistics.median(ratios["B"])
+    best, _, bounds = repro.regrets(ratios)
+    assert best == "B"
+    assert repro.paired_regret(ratios["B"], ratios["A"]) > 0
+    assert all(repro.paired_regret(ratios["B"], v) >= 0 for v in ratios.values())
+    assert bounds["B"] == (0.0, 0.0)
 
 
 def test_a_study_keeps_the_padding_lever_with_either_layout():
