@@ -651,6 +651,14 @@ def baseline_floor(trials: list[TrialRecord]) -> float | None:
     return noise_floor([t.value for t in baseline_runs(trials)[1:]])
 
 
+def pruning_margin(least: float, trials: list[TrialRecord]) -> float:
+    """How far behind the best a run may be and still not be stopped (the search's
+    pruner; a layout the confirmation cannot rule out): twice the study's noise floor
+    (:func:`baseline_floor`), at least ``least`` (``search.prune_margin``)."""
+    floor = baseline_floor(trials)
+    return max(least, round(2 * floor, 4)) if floor is not None else least
+
+
 def baseline_runs(trials: list[TrialRecord]) -> list[TrialRecord]:
     """The baseline's first run, then its feasible back-to-back repeats (run right after
     it, outside any confirmation round: ``search.noise_runs``); ``[]`` before the

@@ -48,6 +48,7 @@ from ..results import (
     baseline_of,
     baseline_runs,
     best_of,
+    pruning_margin,
     ranked,
     runs_due,
     summarize,
@@ -248,9 +249,7 @@ class Search:
     def _prune_margin(self, ground: Ground) -> float:
         """How far behind the best a run may be and still not be stopped: twice the noise
         floor, at least ``search.prune_margin`` (:meth:`_widen_pruning`)."""
-        floor = baseline_floor(ground.trials)
-        bar = self.space.search.prune_margin
-        return max(bar, round(2 * floor, 4)) if floor is not None else bar
+        return pruning_margin(self.space.search.prune_margin, ground.trials)
 
     def _over(self, ground: Ground, size: int, start: float) -> bool:
         if self.n_trials is not None and ground.done >= self.n_trials:

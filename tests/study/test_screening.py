@@ -21,6 +21,7 @@ from autotune.study import screening
 from autotune.study.replay import ReplayBackend
 from autotune.study.reporter import Reporter
 from autotune.study.screening import Move, Shares
+from autotune.study.storage import load_result
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -987,3 +988,43 @@ def test_a_schedule_stored_before_its_run_count_reads_back_as_one_run():
     # ... and one from a later version, with a share this one does not know, reads too.
     later = {**stored, "profile": {"data_share": 0.3, "runs": 3, "cpu_share": 0.1}}
     assert screening.Schedule.from_dict(later).shares == Shares(data_share=0.3, runs=3)
+
+
+def test_the_fastest_config_of_other_rows_within_the_pruning_margin_is_a_finalist():
+    """The search ranks layouts by runs minutes apart; the confirmation pairs the first
+    finalist with the fastest config of the other rows the search could not rule out."""
+    base = _record(0, 30.0, BASELINE, batch_size=16)
+    grouped = _record(1, 100.0, length_grouping="grouped", batch_size=64)
+    near = _record(2, 99.0, length_grouping="grouped", batch_size=32)  # the same rows
+    packed = _record(3, 88.0, packing="packed", batch_size=64)
+    slower = _record(4, 86.0, packing="packed", batch_size=32)
+    trials = [base, grouped, near, packed, slower]
+    assert screening.rival_finalist(trials, grouped, 0.2) is packed  # 12% behind
+    assert screening.rival_finalist(trials, grouped, 0.1) is None  # past the margin
+    assert screening.rival_finalist(trials, packed, 0.2) is grouped  # either way round
+    # Grouped rows padded to a multiple are the same rows; a repeat or an ablation's run
+    # is no search config; the baseline is no finalist
+    padded = _record(5, 99.5, length_grouping="grouped", pad_to_multiple_of=64, batch_size=64)
+    confirm = _record(6, 95.0, "confirm", packing="packed", batch_size=16)
+    assert screening.rival_finalist([grouped, padded, confirm, base], grouped, 5.0) is None
+
+
+def test_the_rival_rows_join_the_confirmations_finalists(tmp_path):
+    """text_grid (recorded), one finalist (confirm_top 1): packed rows at batch 32 (83.8k
+    tokens/s, the best the screening reaches) are paired with grouped rows at batch 64
+    (80.9k, within the 20% pruning margin), which the ranking alone would leave out."""
+    table = json.loads((ROOT / "benchmarks/tables/text_grid.json").read_text())
+    space = _screened(table)
+    settings = dict(confirm_top=1, confirm_rounds=3, confirm_max_rounds=3, ablate=False)
+    space = dataclasses.replace(space, search=dataclasses.replace(space.search, **settings))
+    storage = f"sqlite:///{tmp_path}/s.db"
+    backend = ReplayBackend(table, space.baseline)
+    tune(space, storage=storage, out_dir=tmp_path, backend=backend, n_trials=8)
+    study, result = load_result(space, storage)
+    by_number = {t.number: t for t in result.trials}
+    finalists = [by_number[n].config for n in study.user_attrs["confirmation"]["finalists"]]
+    assert sorted((c.packing, c.length_grouping, c.batch_size) for c in finalists) == [
+        ("off", "grouped", 64),
+        ("packed", "off", 32),
+    ]
+    assert all(by_number[n].ratios for n in study.user_attrs["confirmation"]["finalists"])
