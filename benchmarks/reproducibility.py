@@ -162,6 +162,29 @@ def head_to_head(
     return ratios
 
 
+def printed_rounds(
+    text: str, configs: list[Config], names: dict[str, str]
+) -> dict[str, list[float]]:
+    """The per-round ratios to the baseline an earlier run printed (its ``[i] name`` and
+    ``round N: ...`` lines), per config key; ``ValueError`` when its configs are not
+    ``configs`` in the same order (other studies) or a round is not a row of numbers."""
+    lines = text.splitlines()
+    listed = [line.split("] ", 1)[1] for line in lines if line.startswith("  [")]
+    if listed != [names[c.key()] for c in configs]:
+        raise ValueError(f"its configs {listed} are not these studies' ones")
+    ratios: dict[str, list[float]] = {c.key(): [] for c in configs}
+    for line in lines:
+        if line.startswith("round "):
+            values = line.split(": ", 1)[1].split(", ")
+            if "-" in values:  # the baseline's run failed: no ratios that round
+                continue
+            if len(values) != len(configs):
+                raise ValueError(f"{line!r} has {len(values)} values, not {len(configs)}")
+            for c, v in zip(configs, values, strict=True):
+                ratios[c.key()].append(float(v))
+    return ratios
+
+
 def trial_measure(space_path: Path, folder: Path) -> Callable[[Config, int], float]:
     """A fresh trial process of ``config`` in ``folder``: its objective, 0 when it failed."""
     space = load_space(space_path)
@@ -274,6 +297,13 @@ def main() -> None:
         "study's own, %(default)s); a sequential judge looks after every round, so ask more",
     )
     parser.add_argument(
+        "--rounds-from",
+        type=Path,
+        default=None,
+        help="with --rejudge: read the rounds from an earlier run's output instead of "
+        "measuring them (a judge's figures computed again by this code)",
+    )
+    parser.add_argument(
         "--rejudge",
         action="store_true",
         help="judge the studies already in --out again (a new head-to-head), running none",
@@ -289,6 +319,8 @@ def main() -> None:
         )
     if not 0.5 < args.confidence < 1:
         parser.error("--confidence must lie between 0.5 and 1")
+    if args.rounds_from is not None and not args.rejudge:
+        parser.error("--rounds-from needs --rejudge: the studies whose rounds they are")
     if args.rejudge and args.out is None:
         parser.error("--rejudge needs --out: the folder of the studies to judge again")
     space = load_space(args.space)
@@ -326,9 +358,15 @@ def main() -> None:
             break
         folder = root / f"head_to_head_{n}"  # --rejudge: the earlier ones stay as they were
     recommended = [r.best.config.key() for r in results]
-    measure = trial_measure(args.space.resolve(), folder)
     settled = settled_for(recommended, args.confidence)
-    ratios = head_to_head(measure, configs, args.rounds, max_rounds, settled)
+    if args.rounds_from is not None:  # the rounds an earlier run printed, read again
+        try:
+            ratios = printed_rounds(args.rounds_from.read_text(), configs, names)
+        except (OSError, ValueError) as e:
+            parser.error(f"--rounds-from {args.rounds_from}: {e}")
+    else:
+        measure = trial_measure(args.space.resolve(), folder)
+        ratios = head_to_head(measure, configs, args.rounds, max_rounds, settled)
     ran = len(ratios[baseline.key()])
     best, medians, bounds = regrets(ratios, args.confidence)
     regret_of = {k: paired_regret(ratios[best], ratios[k]) for k in medians}

@@ -200,6 +200,7 @@ def test_a_failed_run_never_settles_the_rounds():
         (["--rounds", "8", "--max-rounds", "6"], "--max-rounds at least --rounds"),
         (["--rejudge"], "--rejudge needs --out"),
         (["--confidence", "1.5"], "--confidence must lie between 0.5 and 1"),
+        (["--rounds-from", "out.txt"], "--rounds-from needs --rejudge"),
     ],
 )
 def test_the_arguments_are_refused_with_the_field_named(argv, message, monkeypatch, capsys):
@@ -255,3 +256,21 @@ def test_a_sequential_judge_at_95_percent_seldom_calls_a_6_percent_regret_met():
     lax = sum(met(seed, 0.875) for seed in range(runs)) / runs
     print(f"met by luck: {strict:.1%} at 95%, {lax:.1%} at 87.5%")
     assert strict <= 0.03 and lax >= 2 * strict
+
+
+def test_the_rounds_an_earlier_run_printed_are_read_again_for_the_same_configs():
+    from autotune import Config
+
+    configs = [Config(batch_size=16), Config(batch_size=64)]
+    names = {configs[0].key(): "baseline", configs[1].key(): "bs=64"}
+    printed = (
+        "head to head: 2 configs x 8-40 rounds (ratios to the baseline)\n"
+        "  [0] baseline\n  [1] bs=64\n"
+        "round 1: 1.000, 1.259\nround 2: -, -\nround 3: 1.000, 0.000\n"
+    )
+    ratios = repro.printed_rounds(printed, configs, names)
+    assert ratios == {configs[0].key(): [1.0, 1.0], configs[1].key(): [1.259, 0.0]}
+    with pytest.raises(ValueError, match="not these studies' ones"):
+        repro.printed_rounds(printed, configs[::-1], names)
+    with pytest.raises(ValueError, match="has 3 values"):
+        repro.printed_rounds(printed + "round 4: 1.000, 1.1, 1.2\n", configs, names)
