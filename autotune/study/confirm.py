@@ -7,10 +7,10 @@ Each config is then judged by its per-round ratios to the baseline run of the sa
 (:func:`autotune.results.summarize`). Three lineups run in turn:
 
 1. the finalists (the best ``confirm_top`` configs of the search, and the fastest config
-   of other rows, packed or grouped, than the first's that the search could not rule out:
-   :func:`~autotune.study.screening.rival_finalist`) and, with ``search.ablate``, the
-   *ablations* of the search's winner: the winner with one knob back at the baseline's
-   value, per knob where they differ;
+   of other rows, packed, grouped or neither, than the first's that the search could not
+   rule out: :func:`~autotune.study.screening.rival_finalist`) and, with
+   ``search.ablate``, the *ablations* of the search's winner: the winner with one knob
+   back at the baseline's value, per knob where they differ;
 2. if the rounds crowned another finalist, the ablations of that one it is owed: those
    that ran in no round with it, and those whose decision is still unresolved (the same
    again for a final winner the crowned one's rounds put first);
