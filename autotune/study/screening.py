@@ -527,9 +527,7 @@ def rival_finalist(
     rivals = [
         t
         for t in ranked(summary)
-        if t.role == SEARCH
-        and _layout(t.config) != layout
-        and t.value * (1 + within) >= top.value
+        if t.role == SEARCH and _layout(t.config) != layout and t.value * (1 + within) >= top.value
     ]
     return rivals[0] if rivals else None
 
