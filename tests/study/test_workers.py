@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 import signal
 import subprocess
@@ -93,6 +94,7 @@ def test_three_workers_share_a_study_and_survive_a_killed_worker(write_space, tm
         except (KeyError, ValueError):  # the study is not created yet
             pass
         time.sleep(0.2)
+    sent = datetime.datetime.now()  # optuna's clock: naive local time
     victim.send_signal(signal.SIGKILL)
     victim.wait()
     for w in workers[:2]:
@@ -109,7 +111,12 @@ def test_three_workers_share_a_study_and_survive_a_killed_worker(write_space, tm
     assert len(set(keys)) >= 6  # the budget completed
     assert len(keys) == len(set(keys))  # no config measured twice
     killed_trial = study.trials[killed]
-    assert killed_trial.state == optuna.trial.TrialState.FAIL  # failed as stale
+    if killed_trial.state == optuna.trial.TrialState.COMPLETE:
+        # It ended in the instant between the poll that saw it running and the kill
+        # (the suite of d814058 on the 2-core machine): nothing was left stale.
+        assert killed_trial.datetime_complete <= sent
+    else:
+        assert killed_trial.state == optuna.trial.TrialState.FAIL  # failed as stale
     assert [t.user_attrs.get("role") for t in done].count("baseline") == 1
     assert "reference" in study.user_attrs
     assert wait_no_children(tmp_path) == []
