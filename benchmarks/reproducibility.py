@@ -56,14 +56,11 @@ from autotune.knobs import KNOBS
 from autotune.results import TuneResult
 from autotune.study.runner import run_trial
 from autotune.study.scoring import objective
+from autotune.study.screening import ROWS
 from autotune.study.storage import load_result
 
 GOAL_REGRET = 0.03
 WORTH = 1.10
-# Alternative layouts: each removes the padding of variable-length rows, and a config keeps
-# at most one of them (packed rows are not grouped by length), so a study that keeps either
-# keeps the lever. The goal still counts each knob on its own.
-ROWS = ("length_grouping", "packing")
 
 
 def run_study(space_path: Path, folder: Path, n_trials: int | None) -> TuneResult:
@@ -128,7 +125,10 @@ def kept_rows(results: list[TuneResult], baseline: Config):
 
 
 def rows_kept(results: list[TuneResult], baseline: Config) -> int:
-    """In how many studies the recommendation keeps one of the :data:`ROWS` layouts."""
+    """In how many studies the recommendation keeps one of the rows layouts
+    (:data:`autotune.study.screening.ROWS`): alternatives, each removes the padding of
+    variable-length rows, so a study that keeps either keeps the lever. The goal still
+    counts each knob on its own."""
     return sum(
         any(getattr(r.best.config, k) != getattr(baseline, k) for k in ROWS) for r in results
     )
@@ -352,11 +352,6 @@ def main() -> None:
     print(f"head to head: {len(configs)} configs x {rounds} rounds (ratios to the baseline)")
     for n, c in enumerate(configs):
         print(f"  [{n}] {names[c.key()]}")
-    folder = root / "head_to_head"
-    for n in range(2, 100):
-        if not folder.exists():
-            break
-        folder = root / f"head_to_head_{n}"  # --rejudge: the earlier ones stay as they were
     recommended = [r.best.config.key() for r in results]
     settled = settled_for(recommended, args.confidence)
     if args.rounds_from is not None:  # the rounds an earlier run printed, read again
@@ -365,6 +360,11 @@ def main() -> None:
         except (OSError, ValueError) as e:
             parser.error(f"--rounds-from {args.rounds_from}: {e}")
     else:
+        folder = root / "head_to_head"
+        for n in range(2, 100):
+            if not folder.exists():
+                break
+            folder = root / f"head_to_head_{n}"  # --rejudge: the earlier ones stay as they were
         measure = trial_measure(args.space.resolve(), folder)
         ratios = head_to_head(measure, configs, args.rounds, max_rounds, settled)
     ran = len(ratios[baseline.key()])
@@ -410,7 +410,7 @@ def main() -> None:
     print(f"knobs worth >= {WORTH - 1:.0%} kept alike in every study: {'yes' if agree else 'NO'}")
     if any(k in big for k in ROWS):
         print(
-            f"rows without their padding ({' or '.join(ROWS)}, alternatives): kept in "
+            f"rows without their padding ({' or '.join(sorted(ROWS))}, alternatives): kept in "
             f"{rows_kept(results, baseline)}/{len(results)} studies"
         )
     straddle = straddling(kept_rows(results, baseline))

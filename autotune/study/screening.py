@@ -69,12 +69,12 @@ WITH_LAYOUT = ("batch_size",)
 _LAYOUT_KEYS = (*LAYOUT, "pack_length")
 # The knobs that say how samples become rows (a layout for :func:`rival_layout`): padding
 # to a multiple is the same rows, padded further.
-_ROWS = ("packing", "length_grouping")
+ROWS = ("packing", "length_grouping")
 # The moves whose one run sets the screening's path: the rows (a layout within the pruning
 # margin is a rival, one outside it is not) and a compile (its move on the runner-up, the
 # sampler's compiled proposals). A run of one of them that lands behind the best, not far
 # below it, gets a second look (:func:`second_look`).
-BIG = (*_ROWS, *EXPENSIVE)
+BIG = (*ROWS, *EXPENSIVE)
 # The DataLoader's knobs.
 LOADER = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
 # ... and the compute threads, which share the CPU's cores with the workers (fewer threads
@@ -474,7 +474,7 @@ def starts(trials: list[TrialRecord], min_gain: float) -> list[TrialRecord]:
 
 
 def rival_layout(trials: list[TrialRecord], min_gain: float, within: float) -> TrialRecord | None:
-    """The fastest feasible config of another layout (its rows: :data:`_ROWS`, packed
+    """The fastest feasible config of another layout (its rows: :data:`ROWS`, packed
     or grouped) than the :func:`incumbent`'s (``min_gain``: the study's margin) that the
     search cannot rule out: it is behind the fastest config of the incumbent's layout
     with the same other knobs (its peer) by no more than ``within``, the search's pruning
@@ -513,7 +513,7 @@ def rival_layout(trials: list[TrialRecord], min_gain: float, within: float) -> T
 def rival_finalist(
     summary: list[TrialRecord], top: TrialRecord, within: float
 ) -> TrialRecord | None:
-    """The fastest search config of other rows (:data:`_ROWS`, packed or grouped) than
+    """The fastest search config of other rows (:data:`ROWS`, packed or grouped) than
     ``top``'s, the confirmation's first finalist, behind it by no more than ``within``
     (the pruning margin: the search could not rule it out); ``None`` when there is none.
     It joins the finalists, so that the two layouts meet in paired rounds.
@@ -579,8 +579,8 @@ def second_look(
 
 
 def _layout(config: Config) -> tuple[Any, ...]:
-    """How the config's samples become rows (:data:`_ROWS`)."""
-    return tuple(getattr(config, k) for k in _ROWS)
+    """How the config's samples become rows (:data:`ROWS`)."""
+    return tuple(getattr(config, k) for k in ROWS)
 
 
 def _rest(config: Config) -> tuple[Any, ...]:
