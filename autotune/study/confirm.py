@@ -6,11 +6,11 @@ machine's drift (thermal, other load, a cache warming up) falls on every config 
 Each config is then judged by its per-round ratios to the baseline run of the same round
 (:func:`autotune.results.summarize`). Three lineups run in turn:
 
-1. the finalists (the best ``confirm_top`` configs of the search, and the fastest config
-   of other rows, packed, grouped or neither, than the first's that the search could not
-   rule out: :func:`~autotune.study.screening.rival_finalist`) and, with
-   ``search.ablate``, the *ablations* of the search's winner: the winner with one knob
-   back at the baseline's value, per knob where they differ;
+1. the finalists (the best ``confirm_top`` configs of the search, and the fastest eager
+   and compiled configs of other rows, packed, grouped or neither, than the first's that
+   the search could not rule out: :func:`~autotune.study.screening.rival_finalists`) and,
+   with ``search.ablate``, the *ablations* of the search's winner: the winner with one
+   knob back at the baseline's value, per knob where they differ;
 2. if the rounds crowned another finalist, the ablations of that one it is owed: those
    that ran in no round with it, and those whose decision is still unresolved (the same
    again for a final winner the crowned one's rounds put first);
@@ -56,7 +56,7 @@ from ..space import Space
 from .coordination import first_runs, waiting_roles
 from .reporter import Reporter
 from .sampling import encode, like, sample
-from .screening import rival_finalist
+from .screening import rival_finalists
 from .storage import records
 from .trials import Trials
 
@@ -183,9 +183,10 @@ class Confirmation:
         if pins.get("searched") != searched or not all(n in by_number for n in pins["top"]):
             ranking = [t for t in ranked(summary) if t.role != BASELINE][: search.confirm_top]
             within = pruning_margin(search.prune_margin, raw)
-            rival = rival_finalist(summary, ranking[0], within) if ranking else None
-            if rival is not None and rival.number not in {t.number for t in ranking}:
-                ranking.append(rival)  # the other layout meets the first in paired rounds
+            rivals = rival_finalists(summary, ranking[0], within) if ranking else []
+            # the other rows meet the first finalist's in paired rounds
+            numbers = {t.number for t in ranking}
+            ranking += [r for r in rivals if r.number not in numbers]
             pins = {"searched": searched, "top": [t.number for t in ranking]}
         conf["pins"] = pins
         top = [by_number[n] for n in pins["top"]]

@@ -999,14 +999,32 @@ def test_the_fastest_config_of_other_rows_within_the_pruning_margin_is_a_finalis
     packed = _record(3, 88.0, packing="packed", batch_size=64)
     slower = _record(4, 86.0, packing="packed", batch_size=32)
     trials = [base, grouped, near, packed, slower]
-    assert screening.rival_finalist(trials, grouped, 0.2) is packed  # 12% behind
-    assert screening.rival_finalist(trials, grouped, 0.1) is None  # past the margin
-    assert screening.rival_finalist(trials, packed, 0.2) is grouped  # either way round
+    assert screening.rival_finalists(trials, grouped, 0.2) == [packed]  # 12% behind
+    assert screening.rival_finalists(trials, grouped, 0.1) == []  # past the margin
+    assert screening.rival_finalists(trials, packed, 0.2) == [grouped]  # either way round
     # Grouped rows padded to a multiple are the same rows; a repeat or an ablation's run
     # is no search config; the baseline is no finalist
     padded = _record(5, 99.5, length_grouping="grouped", pad_to_multiple_of=64, batch_size=64)
     confirm = _record(6, 95.0, "confirm", packing="packed", batch_size=16)
-    assert screening.rival_finalist([grouped, padded, confirm, base], grouped, 5.0) is None
+    assert screening.rival_finalists([grouped, padded, confirm, base], grouped, 5.0) == []
+
+
+def test_the_other_rows_fastest_eager_and_compiled_configs_are_both_finalists():
+    """A compile's runs spread as widely as the layouts': the other rows' fastest config
+    of each compile setting joins, so that an eager config a noisy compiled run outranked
+    still meets the first finalist paired (text.yaml's judge of the one-rival rule, study
+    3: packed rows compiled 63.1k tokens/s, eager 61.0k, grouped rows 67.9k)."""
+    grouped = _record(1, 67.9, length_grouping="grouped", batch_size=64)
+    compiled = _record(2, 63.1, packing="packed", batch_size=64, compile_mode="default")
+    eager = _record(3, 61.0, packing="packed", batch_size=64)
+    eager_32 = _record(4, 60.0, packing="packed", batch_size=32)
+    traced = _record(5, 62.0, packing="packed", batch_size=32, jit="trace")
+    trials = [grouped, eager_32, eager, traced, compiled]
+    assert screening.rival_finalists(trials, grouped, 0.2) == [compiled, eager]
+    # TorchScript compiles too; the eager one alone within the margin; the traced one
+    assert screening.rival_finalists([grouped, traced, eager], grouped, 0.2) == [traced, eager]
+    assert screening.rival_finalists([grouped, eager, eager_32], grouped, 0.2) == [eager]
+    assert screening.rival_finalists([grouped, traced, eager], grouped, 0.1) == [traced]
 
 
 def test_the_rival_rows_join_the_confirmations_finalists(tmp_path):
@@ -1026,5 +1044,35 @@ def test_the_rival_rows_join_the_confirmations_finalists(tmp_path):
     assert sorted((c.packing, c.length_grouping, c.batch_size) for c in finalists) == [
         ("off", "grouped", 64),
         ("packed", "off", 32),
+    ]
+    assert all(by_number[n].ratios for n in study.user_attrs["confirmation"]["finalists"])
+
+
+def test_the_rival_rows_eager_and_compiled_both_join_the_confirmations_finalists(tmp_path):
+    """text_grid (recorded), with grouped rows compiled made 15% faster than recorded: at
+    12 trials the screening compiles grouped rows at batch 64 (76.2k tokens/s), within the
+    pruning margin of packed rows at batch 32 (83.8k, first), as grouped rows eager are
+    (80.9k): both meet the first finalist in the rounds."""
+    table = json.loads((ROOT / "benchmarks/tables/text_grid.json").read_text())
+    for row in table["measurements"]:
+        config, measurement = row["config"], row["measurement"]
+        if config["compile_mode"] != "off" and config["length_grouping"] == "grouped":
+            for key in ("samples_per_s", "tokens_per_s"):
+                measurement[key] *= 1.15
+    space = _screened(table)
+    settings = dict(confirm_top=1, confirm_rounds=3, confirm_max_rounds=3, ablate=False)
+    space = dataclasses.replace(space, search=dataclasses.replace(space.search, **settings))
+    storage = f"sqlite:///{tmp_path}/s.db"
+    backend = ReplayBackend(table, space.baseline)
+    tune(space, storage=storage, out_dir=tmp_path, backend=backend, n_trials=12)
+    study, result = load_result(space, storage)
+    by_number = {t.number: t for t in result.trials}
+    finalists = [by_number[n].config for n in study.user_attrs["confirmation"]["finalists"]]
+    assert sorted(
+        (c.packing, c.length_grouping, c.compile_mode, c.batch_size) for c in finalists
+    ) == [
+        ("off", "grouped", "default", 64),
+        ("off", "grouped", "off", 64),
+        ("packed", "off", "off", 32),
     ]
     assert all(by_number[n].ratios for n in study.user_attrs["confirmation"]["finalists"])
