@@ -1032,20 +1032,27 @@ def test_the_rival_rows_join_the_confirmations_finalists(tmp_path):
     tokens/s, the best the screening reaches) are paired with grouped rows at batch 64
     (80.9k, within the 20% pruning margin), which the ranking alone would leave out."""
     table = json.loads((ROOT / "benchmarks/tables/text_grid.json").read_text())
+    finalists = _confirmed_finalists(table, tmp_path, n_trials=8)
+    assert sorted((c.packing, c.length_grouping, c.batch_size) for c in finalists) == [
+        ("off", "grouped", 64),
+        ("packed", "off", 32),
+    ]
+
+
+def _confirmed_finalists(table: dict, tmp_path: Path, n_trials: int) -> list[Config]:
+    """The finalists of the table's space screened for ``n_trials`` and confirmed with one
+    finalist of its ranking (confirm_top 1) in 3 rounds; each must have run in them."""
     space = _screened(table)
     settings = dict(confirm_top=1, confirm_rounds=3, confirm_max_rounds=3, ablate=False)
     space = dataclasses.replace(space, search=dataclasses.replace(space.search, **settings))
     storage = f"sqlite:///{tmp_path}/s.db"
     backend = ReplayBackend(table, space.baseline)
-    tune(space, storage=storage, out_dir=tmp_path, backend=backend, n_trials=8)
+    tune(space, storage=storage, out_dir=tmp_path, backend=backend, n_trials=n_trials)
     study, result = load_result(space, storage)
     by_number = {t.number: t for t in result.trials}
-    finalists = [by_number[n].config for n in study.user_attrs["confirmation"]["finalists"]]
-    assert sorted((c.packing, c.length_grouping, c.batch_size) for c in finalists) == [
-        ("off", "grouped", 64),
-        ("packed", "off", 32),
-    ]
-    assert all(by_number[n].ratios for n in study.user_attrs["confirmation"]["finalists"])
+    numbers = study.user_attrs["confirmation"]["finalists"]
+    assert all(by_number[n].ratios for n in numbers)
+    return [by_number[n].config for n in numbers]
 
 
 def test_the_rival_rows_eager_and_compiled_both_join_the_confirmations_finalists(tmp_path):
@@ -1059,15 +1066,7 @@ def test_the_rival_rows_eager_and_compiled_both_join_the_confirmations_finalists
         if config["compile_mode"] != "off" and config["length_grouping"] == "grouped":
             for key in ("samples_per_s", "tokens_per_s"):
                 measurement[key] *= 1.15
-    space = _screened(table)
-    settings = dict(confirm_top=1, confirm_rounds=3, confirm_max_rounds=3, ablate=False)
-    space = dataclasses.replace(space, search=dataclasses.replace(space.search, **settings))
-    storage = f"sqlite:///{tmp_path}/s.db"
-    backend = ReplayBackend(table, space.baseline)
-    tune(space, storage=storage, out_dir=tmp_path, backend=backend, n_trials=12)
-    study, result = load_result(space, storage)
-    by_number = {t.number: t for t in result.trials}
-    finalists = [by_number[n].config for n in study.user_attrs["confirmation"]["finalists"]]
+    finalists = _confirmed_finalists(table, tmp_path, n_trials=12)
     assert sorted(
         (c.packing, c.length_grouping, c.compile_mode, c.batch_size) for c in finalists
     ) == [
@@ -1075,4 +1074,3 @@ def test_the_rival_rows_eager_and_compiled_both_join_the_confirmations_finalists
         ("off", "grouped", "off", 64),
         ("packed", "off", "off", 32),
     ]
-    assert all(by_number[n].ratios for n in study.user_attrs["confirmation"]["finalists"])
