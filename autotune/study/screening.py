@@ -676,10 +676,10 @@ def not_worth_compiling(
 ) -> str | None:
     """Why ``config`` (compiled) is not worth its compile, or ``None``: its eager twin was
     measured (or pruned) at under :data:`FAR_BELOW` of the ``best`` config's value."""
-    if best is None or (config.compile_mode == "off" and config.jit == "off"):
+    if best is None or not _compiled(config):
         return None
     try:
-        twin = like(space, {**config.to_dict(), "compile_mode": "off", "jit": "off"})
+        twin = like(space, {**config.to_dict(), **dict.fromkeys(EXPENSIVE, "off")})
     except (AutotuneError, ValueError):
         return None
     eager = measured.get(twin.key())
