@@ -454,6 +454,14 @@ class TuneResult:
             return None
         return Decision(self.lead_ratios, 1 + self.margin, 1 + self.least_gain)
 
+    def lead_over(self, trials: list[TrialRecord], other: TrialRecord) -> Decision | None:
+        """The winner against ``other`` (another finalist) in the rounds both ran in, read
+        as :attr:`lead_decision` reads the runner-up; ``trials``: the raw runs."""
+        if self.winner is None:
+            return None
+        ratios = _paired_ratios(trials, self.winner, other)
+        return Decision(ratios, 1 + self.margin, 1 + self.least_gain) if ratios else None
+
     @property
     def gain_decision(self) -> Decision | None:
         """The winner against the baseline, per confirmation round."""

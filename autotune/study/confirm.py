@@ -417,8 +417,10 @@ class Confirmation:
     ) -> list[Config]:
         """The configs of ``lineup`` whose decisions on ``subject`` are still unresolved
         (:mod:`autotune.decisions`), with the baseline that pairs them; empty when every
-        such decision is resolved. The decisions: ``subject`` against the baseline and
-        against the runner-up, each of its ablated knobs, its reduced config.
+        such decision is resolved. The decisions: ``subject`` against the baseline, against
+        the runner-up and against each other finalist (a third by median can still be the
+        best: one disturbed round of three moves it), each of its ablated knobs, its
+        reduced config.
 
         Read as if ``subject`` had won, whatever the rounds rank first so far: the
         lineup's ablations are its, so its decisions are the ones these rounds can settle.
@@ -435,6 +437,17 @@ class Confirmation:
             pairs.append((result.gain_decision, [winner.config.key()]))
             if runner_up is not None and runner_up.config.key() in keys:
                 pairs.append((result.lead_decision, [winner.config.key(), runner_up.config.key()]))
+            raw = records(study)
+            others = {t.number: t for t in result.trials}
+            for number in conf.get("finalists", []):
+                other = others.get(number)
+                if other is None or other.config.key() not in keys - {winner.config.key()}:
+                    continue
+                if runner_up is not None and other.config.key() == runner_up.config.key():
+                    continue
+                pairs.append(
+                    (result.lead_over(raw, other), [winner.config.key(), other.config.key()])
+                )
             ablated = conf.get("ablations", {}).get(str(winner.number), {})
             for c in result.contributions:
                 if not c.failed and ablated.get(c.knob) in keys:

@@ -673,6 +673,51 @@ def test_the_search_winners_close_call_gets_its_rounds_while_another_finalist_le
     assert result.best.config == a
 
 
+class CloseThird(RoundByRound):
+    """As :class:`RoundByRound` (checkpointing worth ``seq[r]`` in round ``r``), and
+    ``third`` runs at ``shares[r]`` times the search winner's rate (2.64x the baseline's
+    under :data:`STEADY` and a 1.10 checkpointing) in its ``r``-th round."""
+
+    def __init__(self, table: dict, seq: list[float], third: Config, shares: list[float]):
+        super().__init__(table, seq)
+        self.third, self.shares = third, shares
+
+    def run_trial(self, space, config, folder, best_value=None):
+        m = super().run_trial(space, config, folder, best_value)
+        n = self.calls.count(config) - 1
+        if config != self.third or n == 0:
+            return m
+        return m.replace(samples_per_s=264.0 * self.shares[n - 1])
+
+
+def test_a_finalist_third_by_median_gets_rounds_while_the_winners_lead_over_it_is_open(
+    write_space, tmp_path
+):
+    """Three finalists: the winner A, its checkpointing ablation B (10% behind: the
+    runner-up) and T, third by median, whose one round of three put it 5% ahead of A.
+    A's lead over T is open after the least rounds; the rounds go on for T until it is
+    proven (6 rounds: one round of six may fall below), not only for the runner-up."""
+    space = load_space(write_space(SPACE.replace("confirm_top: 2", "confirm_top: 3")))
+    a = space.config_from({"batch_size": 32, "num_workers": 1, "gradient_checkpointing": True})
+    t = space.config_from(
+        {
+            "batch_size": 32,
+            "num_workers": 1,
+            "zero_grad_set_to_none": True,
+            "gradient_checkpointing": True,
+        }
+    )
+    shares = [0.85, 1.05, 0.88] + [0.85] * 5
+    backend = CloseThird(_table(STEADY), [1.10] * 8, t, shares)
+    result = tune(space, storage="memory", out_dir=tmp_path, backend=backend)
+    assert result.winner.config == a and result.runner_up.config != t
+    assert backend.calls.count(t) == 1 + 6  # its search run and six rounds
+    assert backend.calls.count(a) == 1 + 6
+    others = [c for c in set(backend.calls) if c not in (a, t, space.baseline)]
+    assert all(backend.calls.count(c) <= 1 + 3 for c in others)  # they were settled at 3
+    assert not any("unresolved" in n for n in result.notes)
+
+
 class LuckyThenFickle(Lucky):
     """As :class:`Lucky` (``lucky`` 1.3x in its first run), and ``fickle`` 0.85x after its
     first four runs (the search and the first rounds)."""
