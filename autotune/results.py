@@ -450,16 +450,16 @@ class TuneResult:
         """The winner against the runner-up in the rounds both ran in: proven ahead by
         more than :attr:`margin`, within noise, or unresolved (and then standing where
         its interval lies above ``1 + least_gain``: a lead, not a tie)."""
-        if not self.lead_ratios:
-            return None
-        return Decision(self.lead_ratios, 1 + self.margin, 1 + self.least_gain)
+        return self._lead(self.lead_ratios)
 
     def lead_over(self, trials: list[TrialRecord], other: TrialRecord) -> Decision | None:
-        """The winner against ``other`` (another finalist) in the rounds both ran in, read
-        as :attr:`lead_decision` reads the runner-up; ``trials``: the raw runs."""
+        """The winner against ``other`` (the runner-up or another finalist) in the rounds
+        both ran in, read as :attr:`lead_decision`; ``trials``: the raw runs."""
         if self.winner is None:
             return None
-        ratios = _paired_ratios(trials, self.winner, other)
+        return self._lead(_paired_ratios(trials, self.winner, other))
+
+    def _lead(self, ratios: tuple[float, ...]) -> Decision | None:
         return Decision(ratios, 1 + self.margin, 1 + self.least_gain) if ratios else None
 
     @property

@@ -435,19 +435,12 @@ class Confirmation:
         pairs: list[tuple[Any, list[str]]] = []
         if winner is not None and winner.config.key() in keys:
             pairs.append((result.gain_decision, [winner.config.key()]))
-            if runner_up is not None and runner_up.config.key() in keys:
-                pairs.append((result.lead_decision, [winner.config.key(), runner_up.config.key()]))
             raw = records(study)
-            others = {t.number: t for t in result.trials}
-            for number in conf.get("finalists", []):
-                other = others.get(number)
-                if other is None or other.config.key() not in keys - {winner.config.key()}:
-                    continue
-                if runner_up is not None and other.config.key() == runner_up.config.key():
-                    continue
-                pairs.append(
-                    (result.lead_over(raw, other), [winner.config.key(), other.config.key()])
-                )
+            finalists = set(conf.get("finalists", []))
+            rivals = [runner_up, *(t for t in result.trials if t.number in finalists)]
+            for key, other in {t.config.key(): t for t in rivals if t is not None}.items():
+                if key in keys and key != winner.config.key():
+                    pairs.append((result.lead_over(raw, other), [winner.config.key(), key]))
             ablated = conf.get("ablations", {}).get(str(winner.number), {})
             for c in result.contributions:
                 if not c.failed and ablated.get(c.knob) in keys:
