@@ -69,6 +69,13 @@ class TrialRecord:
     # The runs of a config measured several times whose window throttled (trial
     # numbers), of the runs its figures are the medians of; None: a single run.
     throttled_runs: tuple[int, ...] | None = None
+    # A screening move's paired second look (autotune.study.screening.second_look): the
+    # best so far runs once more (``look_for``: the move's first trial), then the move
+    # (``paired_with``: that run of the best). A summary's ``standing`` is the move's
+    # level read from those pairs (:func:`summarize`); None: no paired look.
+    look_for: int | None = None
+    paired_with: int | None = None
+    standing: float | None = None
 
     @property
     def feasible(self) -> bool:
@@ -81,6 +88,12 @@ class TrialRecord:
         if self.throttled_runs is not None:
             return self.throttled_runs
         return (self.number,) if self.measurement.throttled else ()
+
+    @property
+    def rank(self) -> float:
+        """What the search ranks this config by (:func:`ranked`): its :attr:`standing`
+        when a paired look measured it against the best, else its value."""
+        return self.standing if self.standing is not None else self.value
 
     @property
     def ratio(self) -> float | None:
@@ -594,7 +607,9 @@ def summarize(trials: list[TrialRecord]) -> list[TrialRecord]:
     A config with runs in paired confirmation rounds takes the medians over those rounds
     (value, rates: :func:`aggregate`) and its per-round ratios to the baseline's run of
     the same round. A config repeated without rounds (studies of older versions) takes
-    the median over every run.
+    the median over every run. A config a paired second look measured against the best
+    (and no round) takes its :attr:`~TrialRecord.standing` from the pairs
+    (:func:`standings`), which the search ranks it by.
     """
     repeats: dict[int, list[TrialRecord]] = {}
     for t in trials:
@@ -647,7 +662,16 @@ def summarize(trials: list[TrialRecord]) -> list[TrialRecord]:
                 throttled_runs=tuple(r.number for r in counted if r.measurement.throttled),
             )
         )
-    return out
+    levels = standings(trials, out)
+    rounds = {
+        r.number if r.repeat_of is None else r.repeat_of for r in trials if r.round is not None
+    }
+    return [
+        replace(t, standing=levels[t.number])
+        if t.number in levels and t.number not in rounds
+        else t
+        for t in out
+    ]
 
 
 def baseline_floor(trials: list[TrialRecord]) -> float | None:
@@ -679,9 +703,43 @@ def baseline_runs(trials: list[TrialRecord]) -> list[TrialRecord]:
 
 def back_to_back(trials: list[TrialRecord], number: int) -> list[TrialRecord]:
     """The repeats of trial ``number`` outside any confirmation round (the baseline's
-    noise runs, a new best's runs: ``search.noise_runs``, ``search.best_runs``), failed
-    ones included."""
-    return [t for t in trials if t.role == REPEAT and t.repeat_of == number and t.round is None]
+    noise runs, a new best's runs: ``search.noise_runs``, ``search.best_runs``; a move's
+    second looks), failed ones included. Not a run of the best made as a move's partner
+    in a paired look (``look_for``): it ran next to the move, not to its own runs, and
+    it is no noise run of the baseline."""
+    return [
+        t
+        for t in trials
+        if t.role == REPEAT and t.repeat_of == number and t.round is None and t.look_for is None
+    ]
+
+
+def standings(trials: list[TrialRecord], summary: list[TrialRecord]) -> dict[int, float]:
+    """Per config with paired second looks (by its first trial's number) and no paired
+    confirmation rounds: its level read from the pairs, the median over them of its run
+    over the best's run right before it, times that config's median (its value in
+    ``summary``). Pairs with a run that did not go in full count for nothing.
+
+    Why: a move's runs back to back with itself see a slow stretch of the machine each
+    time, and the best's runs, minutes before, did not. On text.yaml (AMD EPYC with
+    AVX-512, 2026-12-07 09:05 UTC, bd47e8f, study 4) packed rows at batch 64 ran 80.2k,
+    83.5k and 82.3k tokens/s in a row, behind batch 16's 91.9k and 91.3k of a minute
+    before; paired rounds in the four other studies put batch 64 1.15-1.28x ahead of
+    batch 16. It never became a finalist, and the study's pick was 10.6% behind the
+    best. A pair sees a stretch on both sides."""
+    by_number = {t.number: t for t in trials}
+    values = {t.number: t.value for t in summary}
+    estimates: dict[int, list[float]] = {}
+    for run in trials:
+        partner = by_number.get(run.paired_with) if run.paired_with is not None else None
+        if partner is None or run.repeat_of is None or partner.repeat_of is None:
+            continue
+        if run.status != OK or partner.status != OK or partner.value <= 0:
+            continue
+        level = values.get(partner.repeat_of)
+        if level is not None:
+            estimates.setdefault(run.repeat_of, []).append(run.value / partner.value * level)
+    return {n: statistics.median(v) for n, v in estimates.items()}
 
 
 def runs_due(trials: list[TrialRecord], first: TrialRecord, most: int, gain: float) -> bool:
@@ -822,8 +880,9 @@ def _reduction(
 
 
 def ranked(trials: list[TrialRecord]) -> list[TrialRecord]:
-    """Feasible measured configs, fastest first."""
-    return sorted((t for t in trials if t.feasible), key=lambda t: t.value, reverse=True)
+    """Feasible measured configs, fastest first (by :attr:`TrialRecord.rank`: a move a
+    paired look measured against the best stands where the pairs put it)."""
+    return sorted((t for t in trials if t.feasible), key=lambda t: t.rank, reverse=True)
 
 
 def best_of(trials: list[TrialRecord]) -> TrialRecord | None:

@@ -179,7 +179,8 @@ class SearchSettings:
             run is the figure. Spends no budget; never on a machine-free replay. The
             same count bounds a screening move that landed behind the best but not
             clearly: a layout or a compile at half of it or more, any other move in
-            full within the pruning margin (``screening.second_look``).
+            full within the pruning margin (``screening.second_look``); each such look
+            runs the best once more, then the move, and ranks the move by their ratio.
         ablate: in the same rounds, measure the winner with each knob that differs from
             the baseline set back to the baseline's value: each knob's contribution. Knobs
             whose contribution is within noise are dropped from the recommendation.

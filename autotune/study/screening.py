@@ -453,7 +453,7 @@ def incumbent(trials: Iterable[TrialRecord], min_gain: float) -> TrialRecord | N
     into every later move."""
     best = None
     for t in _searched(trials):
-        if best is None or t.value > best.value * (1 + min_gain):
+        if best is None or t.rank > best.rank * (1 + min_gain):
             best = t
     return best
 
@@ -468,9 +468,9 @@ def starts(trials: list[TrialRecord], min_gain: float) -> list[TrialRecord]:
     others = [
         t
         for t in _searched(trials)
-        if t.config.key() != best.config.key() and t.value >= FAR_BELOW * best.value
+        if t.config.key() != best.config.key() and t.rank >= FAR_BELOW * best.rank
     ]
-    return [best, *sorted(others, key=lambda t: t.value, reverse=True)]
+    return [best, *sorted(others, key=lambda t: t.rank, reverse=True)]
 
 
 def rival_layout(trials: list[TrialRecord], min_gain: float, within: float) -> TrialRecord | None:
@@ -498,16 +498,16 @@ def rival_layout(trials: list[TrialRecord], min_gain: float, within: float) -> T
     peers: dict[tuple[Any, ...], TrialRecord] = {}
     for t in searched:  # the fastest config of the incumbent's layout at each other knobs
         rest = _rest(t.config)
-        if _layout(t.config) == layout and (rest not in peers or t.value > peers[rest].value):
+        if _layout(t.config) == layout and (rest not in peers or t.rank > peers[rest].rank):
             peers[rest] = t
     rivals = [
         t
         for t in searched
         if _layout(t.config) != layout
         and (peer := peers.get(_rest(t.config))) is not None
-        and t.value * (1 + within) >= peer.value
+        and t.rank * (1 + within) >= peer.rank
     ]
-    return max(rivals, key=lambda t: t.value, default=None)
+    return max(rivals, key=lambda t: t.rank, default=None)
 
 
 def rival_finalists(
@@ -534,7 +534,7 @@ def rival_finalists(
     layout = _layout(top.config)
     rivals: dict[bool, TrialRecord] = {}
     for t in ranked(summary):
-        if t.role == SEARCH and _layout(t.config) != layout and t.value * (1 + within) >= top.value:
+        if t.role == SEARCH and _layout(t.config) != layout and t.rank * (1 + within) >= top.rank:
             rivals.setdefault(_compiled(t.config), t)
     return list(rivals.values())
 
@@ -546,7 +546,10 @@ def second_look(
     behind the best so far (:func:`~autotune.results.best_of`) but not clearly, and has
     one run, or fewer than ``best_runs`` that differ by more than ``gain`` (the study's
     margin), as a new best gets (:func:`autotune.study.search.best_due`); a pruned run is
-    no run here, its figure a part of its window. ``None`` when none is.
+    no run here, its figure a part of its window. ``None`` when none is. Behind and ahead
+    are read by :attr:`~autotune.results.TrialRecord.rank`: once a paired look (the search
+    runs the best, then the move) puts the move at or above the best, it is looked at no
+    more.
 
     Not clearly behind: for a :data:`BIG` move (a layout, a compile), at
     :data:`FAR_BELOW` of the best or more, pruned or not; for any other move (the batch
@@ -575,10 +578,10 @@ def second_look(
         if s is None or s.config.key() == best.config.key() or s.status not in (OK, PRUNED):
             continue
         if t.move.split("=")[0] in BIG:
-            close = FAR_BELOW * best.value <= s.value
+            close = FAR_BELOW * best.rank <= s.rank
         else:
-            close = s.status == OK and s.value * (1 + doubt) >= best.value
-        if not close or s.value >= best.value:
+            close = s.status == OK and s.rank * (1 + doubt) >= best.rank
+        if not close or s.rank >= best.rank:
             continue
         if runs_due(trials, t, best_runs, gain):
             return t

@@ -21,7 +21,8 @@ screening moves from and the finalists are drawn by, so its figure is the median
 runs, not one run that may have been lucky; and a second look at a screening move that
 landed behind the best but not clearly (:func:`screening.second_look`: a layout or a
 compile at half the best or more, any other move within the pruning margin): one run of
-it sets the screening's path.
+it sets the screening's path. The look is paired: the best runs again, then the move,
+and the move ranks by their ratio (:func:`autotune.results.standings`).
 """
 
 from __future__ import annotations
@@ -175,7 +176,7 @@ class Search:
         base = next((t for t in ground.trials if t.role == BASELINE), None)
         if self.worker_index or base is None or not self._noise_due(ground):
             return False
-        return self._repeat(study, ground, base)
+        return self._repeat(study, ground, base) is not None
 
     def _again(self, study: optuna.Study, ground: Ground) -> bool:
         """Run the best search config so far once more when its figure is not yet the
@@ -184,12 +185,15 @@ class Search:
         if self.worker_index or not getattr(self.trials.backend, "noisy", True):
             return False  # a replay answers the same every time
         best = best_due(ground.trials, self.space.search.best_runs, self._margin(ground))
-        return best is not None and self._repeat(study, ground, best)
+        return best is not None and self._repeat(study, ground, best) is not None
 
     def _look(self, study: optuna.Study, ground: Ground) -> bool:
-        """Run a screening move once more when its run landed behind the best but not
+        """Look again at a screening move whose run landed behind the best but not
         clearly (:func:`screening.second_look`): one run of it sets the screening's path.
-        One run per call, by the first worker, spending no budget, as :meth:`_again`."""
+        The look is paired: the best so far runs once more, then the move right after it,
+        and the search ranks the move by their ratio (:func:`autotune.results.standings`),
+        so that a slow stretch of the machine falls on both. One look per call, by the
+        first worker, spending no budget, as :meth:`_again`."""
         if self.worker_index or not getattr(self.trials.backend, "noisy", True):
             return False
         due = screening.second_look(
@@ -198,17 +202,29 @@ class Search:
             self._margin(ground),
             self._prune_margin(ground),
         )
-        return due is not None and self._repeat(study, ground, due)
+        best = best_of(ground.trials)
+        if due is None or best is None:
+            return False
+        first = next(t for t in ground.trials if t.number == best.number)
+        partner = self._repeat(study, ground, first, look_for=due.number)
+        if partner is None:
+            return False
+        ground = Ground.of(study)
+        return self._repeat(study, ground, due, paired_with=partner.number) is not None
 
     def _margin(self, ground: Ground) -> float:
         """The gain a config must show over another to count as ahead: the study's noise
         floor so far, at least ``search.min_gain`` (:func:`autotune.decisions.margin`)."""
         return margin(self.space.search.min_gain, baseline_floor(ground.trials))
 
-    def _repeat(self, study: optuna.Study, ground: Ground, first: TrialRecord) -> bool:
+    def _repeat(
+        self, study: optuna.Study, ground: Ground, first: TrialRecord, **look: int
+    ) -> TrialRecord | None:
         """One more run of ``first``'s config, a repeat of it (never pruned, no budget
-        spent); False when another worker's queued trial came first."""
-        attrs = {"role": REPEAT, "repeat_of": first.number}
+        spent); ``None`` when another worker's queued trial came first. ``look``: the
+        paired look's attrs (``look_for`` on the best's run, ``paired_with`` on the
+        move's: :class:`~autotune.results.TrialRecord`)."""
+        attrs = {"role": REPEAT, "repeat_of": first.number, **look}
         study.enqueue_trial(encode(self.space, first.config), user_attrs=attrs)
         trial = study.ask()
         if trial.user_attrs.get("repeat_of") != first.number:
@@ -216,7 +232,7 @@ class Search:
             # failed unrun, as a lost claim is in the loop. Rare: only the first worker
             # makes repeats, with nothing queued.
             self.trials.not_run(study, trial)
-            return False
+            return None
         sample(self.space, trial)
         cold = first.measurement.compile_s  # charged as the confirmation charges a repeat
         record = self.trials.measure(
@@ -224,7 +240,7 @@ class Search:
         )
         every = [*ground.trials, record]
         self.reporter.trial(record, best_of(every), baseline_of(every), ground.done, None)
-        return True
+        return record
 
     def _noise_due(self, ground: Ground) -> bool:
         """Whether a noise run of the measured baseline is still to be made (by the first

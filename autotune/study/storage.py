@@ -148,6 +148,8 @@ def records(study: optuna.Study) -> list[TrialRecord]:
                 repeat_of=attrs.get("repeat_of"),
                 round=attrs.get("round"),
                 move=attrs.get(MOVE),
+                look_for=attrs.get("look_for"),
+                paired_with=attrs.get("paired_with"),
             )
         )
     return out

@@ -214,4 +214,6 @@ class Trials:
             repeat_of,
             round=round_,
             move=trial.user_attrs.get(screening.MOVE),
+            look_for=trial.user_attrs.get("look_for"),
+            paired_with=trial.user_attrs.get("paired_with"),
         )

@@ -16,12 +16,20 @@ from autotune import Config, Measurement, load_space, tune
 from autotune.output.console import ConsoleReporter
 from autotune.output.facts import summary_facts
 from autotune.output.report import report_data
-from autotune.results import BASELINE, SEARCH, TrialRecord, summarize
+from autotune.results import (
+    BASELINE,
+    SEARCH,
+    TrialRecord,
+    back_to_back,
+    baseline_floor,
+    ranked,
+    summarize,
+)
 from autotune.study import screening
 from autotune.study.replay import ReplayBackend
 from autotune.study.reporter import Reporter
 from autotune.study.screening import Move, Shares
-from autotune.study.storage import load_result
+from autotune.study.storage import load_result, records
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -411,6 +419,54 @@ def test_a_batch_size_move_the_pruner_let_run_gets_a_second_look():
         batch, number=4, value=93.0, role="repeat", repeat_of=batch.number, move=None
     )
     assert screening.second_look([*trials, again], 3, 0.03, 0.10) is None  # 92 and 93 agree
+
+
+def test_a_paired_look_ranks_the_move_by_its_ratio_to_the_best_run_beside_it():
+    """Batch 64 ran at 92 behind grouped rows' 100 (their median of 100 and 102), then
+    in a slow stretch the best ran at 80 and batch 64 right after it at 84: batch 64
+    stands at 84 / 80 of grouped rows' median, 105, and ranks first; its value stays the
+    median of its own runs. A pair with a run that did not go in full counts for nothing,
+    and the baseline's run beside a move is no noise run: the floor stays 0.6 / 30.3."""
+    base = _record(0, 30.0, BASELINE, batch_size=16)
+    noise = [
+        dataclasses.replace(base, number=n, value=v, role="repeat", repeat_of=0)
+        for n, v in ((1, 30.0), (2, 30.6))
+    ]
+    grouped = _record(3, 100.0, length_grouping="grouped", batch_size=16)
+    grouped = dataclasses.replace(grouped, move="length_grouping=grouped")
+    grouped_again = dataclasses.replace(grouped, number=4, value=102.0, role="repeat", repeat_of=3)
+    batch = _record(5, 92.0, length_grouping="grouped", batch_size=64)
+    batch = dataclasses.replace(batch, move="batch_size=64")
+    partner = dataclasses.replace(
+        grouped, number=6, value=80.0, role="repeat", repeat_of=3, move=None, look_for=5
+    )
+    look = dataclasses.replace(
+        batch, number=7, value=84.0, role="repeat", repeat_of=5, move=None, paired_with=6
+    )
+    trials = [base, *noise, grouped, grouped_again, batch, partner, look]
+    summary = {t.number: t for t in summarize(trials)}
+    assert summary[3].value == 100.0 and summary[3].standing is None  # 100, 102, 80
+    assert summary[5].value == pytest.approx(88.0)  # 92 and 84: its own runs
+    assert summary[5].standing == pytest.approx(84 / 80 * 100.0)
+    assert ranked(list(summary.values()))[0].number == 5
+    assert screening.incumbent(list(summary.values()), 0.03).number == 5
+    assert screening.second_look(trials, 3, 0.03, 0.10) is None  # ahead: no more looks
+    # A pruned run of the move beside the best: no pair, no standing; looked at again.
+    cut = [*trials[:-1], dataclasses.replace(look, status="pruned")]
+    assert [t.standing for t in summarize(cut) if t.number == 5] == [None]
+    assert screening.second_look(cut, 3, 0.03, 0.10) is batch
+    # Once it runs in paired confirmation rounds, those rank it: the look counts no more.
+    rounds = [
+        dataclasses.replace(
+            t, number=9 + i, value=v, role="repeat", repeat_of=t.number, round=0, move=None
+        )
+        for i, (t, v) in enumerate(((base, 30.0), (batch, 90.0)))
+    ]
+    (confirmed,) = [t for t in summarize([*trials, *rounds]) if t.number == 5]
+    assert confirmed.standing is None and confirmed.rank == 90.0 and confirmed.ratios == (3.0,)
+    # The baseline's noise floor: its back-to-back runs, not a run beside a move.
+    beside = dataclasses.replace(base, number=8, value=21.0, role="repeat", repeat_of=0, look_for=5)
+    assert baseline_floor([*trials, beside]) == pytest.approx(0.6 / 30.3)
 
 
 def test_a_move_of_a_knob_that_needs_another_waits_until_the_incumbent_activates_it(
@@ -1074,3 +1130,65 @@ def test_the_rival_rows_eager_and_compiled_both_join_the_confirmations_finalists
         ("off", "grouped", "off", 64),
         ("packed", "off", "off", 32),
     ]
+
+
+class _SlowStretch(ReplayBackend):
+    """The table's rates, except that from ``config``'s first run on, the next
+    ``length`` runs of any config go at ``factor`` of their rate: a slow stretch of the
+    machine, which falls on every config run in it alike."""
+
+    noisy = True
+
+    def __init__(self, table: dict, baseline: Config, config: Config, factor: float, length: int):
+        super().__init__(table, baseline)
+        self.config, self.factor, self.length = config, factor, length
+        self.start: int | None = None
+
+    def run_trial(self, space, config, folder, best_value=None):
+        m = super().run_trial(space, config, folder, best_value)
+        index = len(self.calls) - 1
+        if self.start is None and config.key() == self.config.key():
+            self.start = index
+        if self.start is not None and index < self.start + self.length:
+            rates = ("samples_per_s", "tokens_per_s")
+            return m.replace(**{k: getattr(m, k) * self.factor for k in rates if getattr(m, k)})
+        return m
+
+
+def test_a_second_look_is_paired_with_the_best_so_a_slow_stretch_falls_on_both(tmp_path):
+    """text_grid (recorded): packed rows at batch 32 (83.8k tokens/s, the best of the
+    eager table) move in a slow stretch of the machine: their run and the next four go at
+    85% (71.2k for them), behind grouped rows at batch 64 (80.8k), the best so far. Looked
+    at again back to back with themselves, they stay at 71.2k and the compile moves start
+    from grouped rows; paired with a run of the best in the same stretch, their ratio
+    (1.04) ranks them first (standing 83.8k), and the compile moves start from them."""
+    table = json.loads((ROOT / "benchmarks/tables/text_grid.json").read_text())
+    space = _screened(table)
+    packed = space.config_from({"packing": "packed", "batch_size": 32, "accumulation_steps": 2})
+    backend = _SlowStretch(table, space.baseline, packed, 0.85, 5)
+    storage = f"sqlite:///{tmp_path}/s.db"
+    out = io.StringIO()
+    reporter = ConsoleReporter(Console(file=out, width=300))
+    result = tune(
+        space, storage=storage, out_dir=tmp_path, backend=backend, n_trials=9, reporter=reporter
+    )
+    raw = records(optuna.load_study(study_name=space.study.name, storage=storage))
+    (first,) = [t for t in raw if t.role == SEARCH and t.config.key() == packed.key()]
+    partners = [t for t in raw if t.look_for == first.number]
+    looks = [t for t in raw if t.repeat_of == first.number]
+    # One look: the best (grouped rows at batch 64) again, then packed rows right after.
+    assert [(p.number, p.config.batch_size, p.config.length_grouping) for p in partners] == [
+        (first.number + 1, 64, "grouped")
+    ]
+    assert [(t.number, t.paired_with) for t in looks] == [(first.number + 2, first.number + 1)]
+    n, best = first.number, partners[0].repeat_of
+    assert f"paired look, best again #{best} next to #{n} #{n + 1} " in out.getvalue()
+    assert f"paired look, again #{n} after #{n + 1} #{n + 2} " in out.getvalue()
+    (summary,) = [t for t in summarize(raw) if t.number == first.number]
+    assert summary.value == pytest.approx(0.85 * 83803, rel=1e-3)  # its runs: all slow
+    assert summary.standing == pytest.approx(83803, rel=1e-3)  # the pairs: its level
+    assert ranked(summarize(raw))[0].config.key() == packed.key()
+    (compiled,) = [t for t in result.trials if t.move == "compile_mode=default"]
+    assert (compiled.config.packing, compiled.config.batch_size) == ("packed", 32)
+    # The best's run next to the move is no run of its own back to back.
+    assert partners[0] not in back_to_back(raw, partners[0].repeat_of)
