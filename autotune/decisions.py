@@ -16,10 +16,11 @@ hold. Rounds are added while a decision is unresolved (the confirmation, verify)
 chance of a wrong call over all looks is above the 12.5% of one look; docs/confirmation.md
 says what that costs.
 
-The *noise floor* of a study (:func:`noise_floor`) is how far the baseline moved against
-itself when run back to back; the threshold a gain must clear is ``1 + margin`` with
-:func:`margin` the larger of the floor, capped at :data:`FLOOR_CAP`, and the user's
-``search.min_gain``.
+The *noise floor* of a study is how far the baseline moved against itself: paired in the
+confirmation's rounds (:func:`paired_floor`: its twin run against its own run of the
+round), else back to back (:func:`noise_floor`, the search's); the threshold a gain must
+clear is ``1 + margin`` with :func:`margin` the larger of the floor, capped at
+:data:`FLOOR_CAP`, and the user's ``search.min_gain``.
 
 A gain *stands* (:attr:`Decision.stands`) when it is proven, or when it is still
 unresolved as the rounds run out and its interval lies wholly above ``1 + min_gain``:
@@ -90,6 +91,21 @@ def decide(ratios: Sequence[float], threshold: float) -> str:
     if bounds[1] < threshold:
         return WITHIN
     return UNRESOLVED
+
+
+def paired_floor(ratios: Sequence[float]) -> float | None:
+    """How far the baseline moved against itself *paired*, as every config is judged:
+    the median over rounds of ``|ratio - 1|``, with ``ratios`` its twin run over its run
+    of the same round (:func:`autotune.results.twin_ratios`); ``None`` with fewer than 3.
+    Half the rounds put the baseline within this of itself: what pairing did not cancel
+    (drift within a round, the order in it), per round, as a config's own ratio to the
+    baseline carries it. A median, so one disturbed round moves it little; it does not
+    shrink with the rounds, as an interval would (then the margin would fall as rounds
+    are added, and an early, wide margin would call a real gain noise at 3 rounds)."""
+    values = [abs(r - 1.0) for r in ratios if math.isfinite(r)]
+    if len(values) < 3:
+        return None
+    return statistics.median(values)
 
 
 def noise_floor(values: Sequence[float]) -> float | None:

@@ -15,7 +15,7 @@ import yaml
 
 from .config import Config
 from .credentials import redact_url
-from .decisions import UNRESOLVED, Decision, margin, noise_floor
+from .decisions import UNRESOLVED, Decision, margin, noise_floor, paired_floor
 from .measurement import OK, PRUNED, Measurement, fixed_cost
 from .mfu import Mfu, mfu_of, shown, unavailable
 from .planned import Plan, Projection, project
@@ -76,6 +76,10 @@ class TrialRecord:
     look_for: int | None = None
     paired_with: int | None = None
     standing: float | None = None
+    # A confirmation round's second run of the baseline, the baseline against itself
+    # (:func:`twin_ratios`): read for the study's paired noise floor only, never for a
+    # figure of the baseline (its run of the round is the other one).
+    twin: bool = False
 
     @property
     def feasible(self) -> bool:
@@ -266,9 +270,13 @@ class TuneResult:
     screening: dict[str, Any] | None = None
     # Per knob, the search runs that moved it and what they cost (:func:`knob_costs`).
     knob_time: list[KnobCost] = field(default_factory=list)
-    # How far the baseline moved against itself, run back to back (decisions.noise_floor),
-    # and the gain every decision must prove: the floor, at least search.min_gain.
+    # How far the baseline moved against itself, and the gain every decision must prove:
+    # the floor, at least search.min_gain. The floor is paired (decisions.paired_floor)
+    # when ``noise_rounds`` rounds ran the baseline's twin, else back to back
+    # (decisions.noise_floor), which ``search_floor`` always is: the search's margins.
     noise_floor: float | None = None
+    noise_rounds: int = 0
+    search_floor: float | None = None
     margin: float = MIN_GAIN
     least_gain: float = MIN_GAIN  # search.min_gain: what a gain unresolved at the margin must prove
     # Per round both ran in: the winner's value over the runner-up's.
@@ -309,7 +317,10 @@ class TuneResult:
         raw = trials
         trials = summarize(raw)
         baseline = next((t for t in trials if t.role == BASELINE), None)
-        floor = baseline_floor(raw)
+        searched = baseline_floor(raw)
+        twins = twin_ratios(raw)
+        paired = paired_floor(twins)
+        floor = paired if paired is not None else searched
         least, min_gain = min_gain, margin(min_gain, floor)
         conf = confirmation or {}
         by_number = {t.number: t for t in trials}
@@ -355,6 +366,8 @@ class TuneResult:
             knob_time=knob_costs(raw),
             pruned_runs=_pruned(raw),
             noise_floor=floor,
+            noise_rounds=len(twins) if paired is not None else 0,
+            search_floor=searched,
             margin=min_gain,
             least_gain=least,
             lead_ratios=lead,
@@ -611,6 +624,7 @@ def summarize(trials: list[TrialRecord]) -> list[TrialRecord]:
     (and no round) takes its :attr:`~TrialRecord.standing` from the pairs
     (:func:`standings`), which the search ranks it by.
     """
+    trials = [t for t in trials if not t.twin]
     repeats: dict[int, list[TrialRecord]] = {}
     for t in trials:
         if t.role == REPEAT and t.repeat_of is not None:
@@ -767,12 +781,29 @@ def _paired_ratios(trials: list[TrialRecord], a: TrialRecord, b: TrialRecord) ->
 
 
 def _round_runs(trials: list[TrialRecord], key: str) -> dict[int, TrialRecord]:
-    """Each run of config ``key`` in a confirmation round, by round."""
+    """Each run of config ``key`` in a confirmation round, by round (not the baseline's
+    twin: :attr:`TrialRecord.twin`)."""
     return {
         t.round: t
         for t in trials
-        if t.round is not None and t.role != DUPLICATE and t.config.key() == key
+        if t.round is not None and t.role != DUPLICATE and not t.twin and t.config.key() == key
     }
+
+
+def twin_ratios(trials: list[TrialRecord]) -> tuple[float, ...]:
+    """Per confirmation round with both in full: the baseline's twin run over its run of
+    the round, the baseline against itself, paired as every config is with it
+    (:func:`autotune.decisions.paired_floor`)."""
+    base = next((t for t in trials if t.role == BASELINE), None)
+    if base is None:
+        return ()
+    runs = _round_runs(trials, base.config.key())
+    twins = {t.round: t for t in trials if t.twin and t.round is not None}
+    return tuple(
+        twins[r].value / runs[r].value
+        for r in sorted(twins)
+        if r in runs and twins[r].status == OK and runs[r].status == OK and runs[r].value > 0
+    )
 
 
 _MEDIANS = (

@@ -165,10 +165,12 @@ class SearchSettings:
             the full winner over its reduced config, a lead); otherwise it goes to the
             simpler config (a knob dropped, the reduced config taken, a tie).
         noise_runs: right after the baseline, run it this many more times back to back:
-            their spread (the first, cold run left out) is the study's noise floor, the
-            least gain any decision must prove (never below ``min_gain``, never above
-            :data:`autotune.decisions.FLOOR_CAP`, 10%); under 2, the
-            floor is ``min_gain``. The screening's order reads the median of the
+            their spread (the first, cold run left out) is the search's noise floor
+            (its margin, its pruning margin); the confirmation then runs the baseline's
+            twin in each round, and the median distance of the twin from it is the
+            floor every decision must prove a gain above (never below ``min_gain``,
+            never above :data:`autotune.decisions.FLOOR_CAP`, 10%); 0: no floor, no
+            twin, the margin is ``min_gain``. The screening's order reads the median of the
             baseline's shares over these runs and its first.
         best_runs: the most runs a search trial that becomes the best so far gets before
             its figure is the bar (for pruning, the screening's next move, the

@@ -94,6 +94,10 @@ def study_lines(i: int, result: TuneResult, baseline: Config) -> list[str]:
         state = "needed" if c.failed else d.state
         kept.append(f"{c.knob} {c.median or 0:.2f}x [{bounds}] {state}, {d.rounds} rounds")
     floor = "-" if result.noise_floor is None else f"{result.noise_floor:.1%}"
+    if result.noise_rounds:  # paired: the baseline's twin in the rounds
+        floor += f" paired over {result.noise_rounds} rounds"
+        if result.search_floor is not None:
+            floor += f" ({result.search_floor:.1%} back to back)"
     speed = f"{result.speedup:.2f}x" if result.speedup else "-"
     lines = [
         f"study {i}: {best.config.short()} at {speed} claimed; moved "

@@ -17,6 +17,7 @@ from autotune.decisions import (
     interval,
     margin,
     noise_floor,
+    paired_floor,
 )
 
 
@@ -55,6 +56,14 @@ def test_the_noise_floor_and_the_margin():
     assert margin(0.03, 0.08) == 0.08 and margin(0.03, 0.01) == 0.03 and margin(0.03, None) == 0.03
     # A floor past FLOOR_CAP (one disturbed run) counts up to it; a larger min_gain stands
     assert margin(0.03, 0.454) == FLOOR_CAP == 0.10 and margin(0.15, 0.454) == 0.15
+
+
+def test_the_paired_floor_is_the_median_distance_of_the_baseline_from_itself():
+    assert paired_floor([1.02, 0.97]) is None  # under 3 rounds
+    assert paired_floor([1.02, 0.97, 1.01]) == pytest.approx(0.02)
+    # One disturbed round moves the median little; more rounds do not shrink it.
+    assert paired_floor([1.02, 0.97, 1.01, 1.45]) == pytest.approx(0.025)
+    assert paired_floor([1.02, 0.97, 1.01] * 4) == pytest.approx(0.02)
 
 
 def test_a_gain_stands_when_proven_or_unresolved_above_the_least_gain():

@@ -85,7 +85,8 @@ class ConsoleReporter(Reporter):
             head = "skipped"
         elif record.round is not None:
             again = f", again #{record.repeat_of}" if record.role == REPEAT else ""
-            head = f"confirm round {record.round}{again}"
+            twin = " (the baseline against itself)" if record.twin else ""
+            head = f"confirm round {record.round}{again}{twin}"
         elif record.role == REPEAT and record.look_for is not None:  # a paired look's best
             head = f"paired look, best again #{record.repeat_of} next to #{record.look_for}"
         elif record.role == REPEAT and record.paired_with is not None:

@@ -136,10 +136,17 @@ def noise_fact(result: TuneResult) -> Fact:
     """The study's noise floor and the gain every decision must prove."""
     if result.noise_floor is None:
         text = "not measured (search.noise_runs: 0)"
+    elif result.noise_rounds:
+        text = (
+            f"{result.noise_floor:.1%} (the baseline against itself in "
+            f"{result.noise_rounds} paired rounds: the median of its twin's distance)"
+        )
     else:
         text = f"{result.noise_floor:.1%} (the baseline against itself, back to back)"
-        if result.noise_floor > FLOOR_CAP:
-            text += f", counted up to {FLOOR_CAP:.0%}"
+    if result.noise_floor is not None and result.noise_floor > FLOOR_CAP:
+        text += f", counted up to {FLOOR_CAP:.0%}"
+    if result.noise_rounds and result.search_floor is not None:
+        text += f"; back to back {result.search_floor:.1%} (the search's margins)"
     return Fact(
         "noise_floor",
         "noise floor",

@@ -151,6 +151,8 @@ def report_data(result: TuneResult, profiles: dict[int, dict[str, Any]]) -> dict
         # kept by the recommendation, though each one's own rounds did not keep it
         "kept_together": list(result.kept_together),
         "noise_floor": result.noise_floor,
+        "noise_rounds": result.noise_rounds,
+        "search_floor": result.search_floor,
         "margin": result.margin,
         "least_gain": result.least_gain,
         "decisions": {

@@ -103,6 +103,22 @@ def rotated(lineup: list[Config], index: int) -> list[Config]:
     return lineup[k:] + lineup[:k]
 
 
+def with_twin(order: list[Config], baseline: Config) -> list[tuple[Config, bool]]:
+    """A round's runs: ``order`` and, when the baseline is in it with another config, the
+    baseline's *twin* (``True``): the baseline again, half a round from its own run
+    (after it, else before it when the round ends first), so that the twin is as far from
+    it as a config of the round is on average. Their ratio is the baseline against
+    itself, paired as every config is with it (:func:`autotune.results.twin_ratios`)."""
+    runs = [(c, False) for c in order]
+    keys = [c.key() for c in order]
+    if len(order) < 2 or baseline.key() not in keys:
+        return runs
+    i, half = keys.index(baseline.key()), len(order) // 2
+    at = i + half + 1 if i + half + 1 <= len(order) else max(0, i - half)
+    runs.insert(at, (baseline, True))
+    return runs
+
+
 def unique(lineup: list[Config]) -> list[Config]:
     """``lineup`` without repeated configs (an ablation may be the baseline itself)."""
     seen: set[str] = set()
@@ -360,8 +376,12 @@ class Confirmation:
         search = self.space.search
         first = first_round(conf, lineup, search.confirm_rounds, used)
         study.set_user_attr("confirmation", conf)
-        done = {(t.round, t.config.key()) for t in trials if t.round is not None}
+        done = {(t.round, t.config.key(), t.twin) for t in trials if t.round is not None}
         originals = first_runs(trials)
+        # The baseline's twin in each round: the paired noise floor (search.noise_runs: 0
+        # measures no floor, and a replay, which answers the same every time, none).
+        noisy = getattr(self.trials.backend, "noisy", True)
+        base = self.space.baseline if search.noise_runs and noisy else None
         index = 0
         while True:
             if index < search.confirm_rounds:
@@ -373,13 +393,14 @@ class Confirmation:
                 if not configs or not self._more_rounds(conf, lineup, index, configs):
                     return True
                 study.set_user_attr("confirmation", conf)
-            for config in rotated(configs, index):
-                if (first + index, config.key()) in done:
+            order = rotated(configs, index)
+            for config, twin in with_twin(order, base) if base else [(c, False) for c in order]:
+                if (first + index, config.key(), twin) in done:
                     continue
                 if waiting_roles(study):
                     self.notes.append("confirmation cut short: other trials are queued")
                     return False
-                self._run_once(study, config, first + index, originals)
+                self._run_once(study, config, first + index, originals, twin)
             index += 1
 
     def _more_rounds(
@@ -464,14 +485,18 @@ class Confirmation:
         config: Config,
         number: int,
         originals: dict[str, TrialRecord],
+        twin: bool = False,
     ) -> None:
         """Run ``config`` once in round ``number``: a repeat of its search run, or its
-        first run (an ablation, a reduced config)."""
+        first run (an ablation, a reduced config); ``twin``: the baseline's second run of
+        the round (:func:`with_twin`)."""
         original = originals.get(config.key())
         role = REPEAT if original is not None else CONFIRM
         attrs: dict[str, Any] = {"role": role, "round": number}
         if original is not None:
             attrs["repeat_of"] = original.number
+        if twin:
+            attrs["twin"] = True
         study.enqueue_trial(encode(self.space, config), user_attrs=attrs)
         trial = study.ask()
         sample(self.space, trial)

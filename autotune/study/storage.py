@@ -150,6 +150,7 @@ def records(study: optuna.Study) -> list[TrialRecord]:
                 move=attrs.get(MOVE),
                 look_for=attrs.get("look_for"),
                 paired_with=attrs.get("paired_with"),
+                twin=bool(attrs.get("twin", False)),
             )
         )
     return out

@@ -216,4 +216,5 @@ class Trials:
             move=trial.user_attrs.get(screening.MOVE),
             look_for=trial.user_attrs.get("look_for"),
             paired_with=trial.user_attrs.get("paired_with"),
+            twin=bool(trial.user_attrs.get("twin", False)),
         )
