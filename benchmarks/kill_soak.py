@@ -256,8 +256,8 @@ def check(soak: Soak, storage: str, name: str = "space") -> dict:
     twice = len(measured) - len(set(measured))
     if len(set(measured)) != soak.n_trials:
         problems.append(f"budget: {len(set(measured))} configs measured, not {soak.n_trials}")
-    rounds = [
-        (t.user_attrs["round"], t.user_attrs["config_key"])
+    rounds = [  # a round runs each config once, and the baseline's twin once
+        (t.user_attrs["round"], t.user_attrs["config_key"], t.user_attrs.get("twin", False))
         for t in complete
         if t.user_attrs.get("round") is not None
     ]
