@@ -170,7 +170,9 @@ class SearchSettings:
             twin in each round, and the median distance of the twin from it is the
             floor every decision must prove a gain above (never below ``min_gain``,
             never above :data:`autotune.decisions.FLOOR_CAP`, 10%); 0: no floor, no
-            twin, the margin is ``min_gain``. The screening's order reads the median of the
+            twin, the margin is ``min_gain``. The margin decides how soon a gain is
+            proven; a gain is dropped as within noise only below ``min_gain``, and one
+            between the two runs more rounds. The screening's order reads the median of the
             baseline's shares over these runs and its first.
         best_runs: the most runs a search trial that becomes the best so far gets before
             its figure is the bar (for pruning, the screening's next move, the
@@ -188,7 +190,8 @@ class SearchSettings:
             whose contribution is within noise are dropped from the recommendation.
         min_gain: a knob stays only if its per-round gains prove more than this (0.03: 3%)
             or than the study's noise floor (counted up to 10%), whichever is larger; or,
-            unresolved against the floor when the rounds run out, more than this.
+            unresolved against the floor when the rounds run out, more than this. It is
+            dropped before the cap only when they prove it below this.
         predict_memory: skip a sampled config that the study's memory model (fitted from
             its trials, :mod:`autotune.study.memory`) predicts over the memory budget;
             it is recorded as ``predicted-over-memory`` instead of run.

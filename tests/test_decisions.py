@@ -76,8 +76,25 @@ def test_a_gain_stands_when_proven_or_unresolved_above_the_least_gain():
     assert not Decision(across, 1.10).stands  # no least gain: the simpler side
     # Across the margin and reaching the least gain: does not stand.
     assert not Decision((1.02, 1.12, 1.20), 1.10, 1.03).stands
-    # Proven below the margin though above the least gain: within noise, not a gain.
+    # Below the margin though proven above the least gain: a gain smaller than the noise
+    # floor, not one too small to want. Unresolved (its rounds go on); it stands at the cap.
     below = (1.05, 1.06, 1.07)
-    assert Decision(below, 1.10, 1.03).state == "within noise"
-    assert not Decision(below, 1.10, 1.03).stands
+    assert Decision(below, 1.10, 1.03).state == UNRESOLVED
+    assert Decision(below, 1.10, 1.03).stands
     assert Decision(across, 1.10, 1.03).to_dict()["stands"] is True
+
+
+def test_within_noise_is_proven_below_the_least_gain_not_below_the_margin():
+    # Issue 41's judge (cpu.yaml, 57735aa), study 1: compile at 0.97-1.09x over 3 rounds
+    # under a 9.5% paired floor was dropped as within noise; it was worth 1.03-1.15x.
+    compile_ = (0.97, 1.03, 1.09)
+    d = Decision(compile_, 1.095, 1.03)
+    assert d.state == UNRESOLVED and d.below == 1.03 and not d.stands  # more rounds
+    assert Decision((0.97, 1.01, 1.02), 1.095, 1.03).state == WITHIN
+    assert decide((0.97, 1.01, 1.02), 1.095, 1.03) == WITHIN
+    assert decide(compile_, 1.095, 1.03) == UNRESOLVED
+    # Without a least gain (the winner against the baseline) the margin is both bars,
+    # and a least gain above the margin never lets WITHIN reach past it.
+    assert Decision(compile_, 1.095).state == WITHIN and Decision(compile_, 1.095).below == 1.095
+    assert decide((1.05, 1.06, 1.07), 1.04, 1.10) == PROVEN
+    assert decide((1.0, 1.02, 1.03), 1.04, 1.10) == WITHIN

@@ -117,10 +117,16 @@ def contribution_text(c: Contribution, together: tuple[str, ...] = ()) -> str:
     figures = f"{head}: {c.median:.2f}x, range {low:.2f}-{high:.2f}x"
     if c.knob in together and not c.kept:
         d, others = c.decision, [k for k in together if k != c.knob]
-        where = "below" if d.state == WITHIN else "across"
+        bounds = d.interval
+        if d.state == WITHIN:
+            where = f"below {d.below:.2f}x"
+        elif bounds is not None and bounds[1] < d.threshold:  # below the margin, not the least
+            where = f"below {d.threshold:.2f}x, across {d.below:.2f}x"
+        else:
+            where = f"across {d.threshold:.2f}x"
         with_ = f" with {', '.join(others)}" if others else ""
         return (
-            f"{figures}, not proven alone ({_span(d)} {where} {d.threshold:.2f}x, "
+            f"{figures}, not proven alone ({_span(d)} {where}, "
             f"{d.rounds} rounds): kept{with_} (simplest config below), its own effect "
             "unresolved"
         )
@@ -150,9 +156,10 @@ def noise_fact(result: TuneResult) -> Fact:
     return Fact(
         "noise_floor",
         "noise floor",
-        f"{text}; a decision needs a gain above {result.margin:.1%} in its paired rounds; "
-        f"one still unresolved when they run out stands if they prove above "
-        f"{result.least_gain:.1%} (search.min_gain)",
+        f"{text}; a gain is proven when its paired rounds put it above {result.margin:.1%}, "
+        f"within noise when they put it below {result.least_gain:.1%} (search.min_gain); "
+        "one still unresolved when they run out stands if they prove it above "
+        f"{result.least_gain:.1%}",
     )
 
 
@@ -163,13 +170,18 @@ def decision_text(d: Decision, win: str = "kept", lose: str = "dropped") -> str:
     if d.state == PROVEN:
         return f"{win} ({span} above {bar}, {d.rounds} rounds)"
     if d.state == WITHIN:
-        return f"within noise ({span} below {bar}, {d.rounds} rounds): {lose}"
+        under = f"the least gain {d.below:.2f}x" if d.least is not None else bar
+        return f"within noise ({span} below {under}, {d.rounds} rounds): {lose}"
+    bounds = d.interval
+    where = "below" if bounds is not None and bounds[1] < d.threshold else "across"
     if d.stands:  # proven above the least gain, not past the margin: the gain is taken
         return (
-            f"unresolved after {d.rounds} rounds ({span} across {bar}), "
+            f"unresolved after {d.rounds} rounds ({span} {where} {bar}), "
             f"above the least gain {d.least:.2f}x: {win}"
         )
-    return f"unresolved after {d.rounds} rounds ({span} across {bar}): {lose}, the simpler config"
+    if where == "below":  # below the margin, reaching the least gain
+        bar = f"{bar}, across the least gain {d.below:.2f}x"
+    return f"unresolved after {d.rounds} rounds ({span} {where} {bar}): {lose}, the simpler config"
 
 
 def _proof_facts(result: TuneResult) -> list[Fact]:

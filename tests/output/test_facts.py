@@ -37,3 +37,33 @@ def test_without_a_feasible_trial_the_summary_recommends_nothing(tmp_path):
     assert facts[-1].key == "recommended"
     assert facts[-1].text == "no feasible trial: nothing to recommend"
     assert "accuracy" not in {f.key for f in facts}
+
+
+def test_a_decision_names_the_bar_its_interval_lies_on_either_side_of():
+    """Proven above the margin, within noise below the least gain, and between them
+    unresolved: each text names the bar the interval actually lies below or across (a
+    gain below a 10% margin and above the 3% least gain is not "across 1.10x")."""
+    from autotune.decisions import Decision
+    from autotune.output.facts import contribution_text, decision_text
+    from autotune.results import Contribution
+
+    assert decision_text(Decision((1.12, 1.13, 1.14), 1.10, 1.03)) == (
+        "kept (interval 1.12-1.14x above 1.10x, 3 rounds)"
+    )
+    assert decision_text(Decision((0.97, 1.01, 1.02), 1.10, 1.03)) == (
+        "within noise (interval 0.97-1.02x below the least gain 1.03x, 3 rounds): dropped"
+    )
+    assert decision_text(Decision((1.05, 1.06, 1.07), 1.10, 1.03)) == (
+        "unresolved after 3 rounds (interval 1.05-1.07x below 1.10x), above the least gain "
+        "1.03x: kept"
+    )
+    assert decision_text(Decision((0.97, 1.03, 1.09), 1.10, 1.03)) == (
+        "unresolved after 3 rounds (interval 0.97-1.09x below 1.10x, across the least gain "
+        "1.03x): dropped, the simpler config"
+    )
+    assert decision_text(Decision((0.97, 1.08, 1.15), 1.10, 1.03)) == (
+        "unresolved after 3 rounds (interval 0.97-1.15x across 1.10x): dropped, the simpler config"
+    )
+    together = Contribution("channels_last", True, False, (0.57, 0.80, 1.03), min_gain=0.10)
+    text = contribution_text(together, ("channels_last", "batch_size"))
+    assert "not proven alone (interval 0.57-1.03x below 1.10x, across 1.03x, 3 rounds)" in text

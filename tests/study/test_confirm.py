@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from autotune import Config, Measurement, load_space, tune
-from autotune.decisions import FLOOR_CAP
+from autotune.decisions import FLOOR_CAP, PROVEN, UNRESOLVED
 from autotune.output.facts import contribution_text, summary_facts
 from autotune.output.report import report_data
 from autotune.results import BASELINE, CONFIRM, REPEAT, TuneResult, twin_ratios
@@ -589,43 +589,50 @@ class NoisyBaseline(RoundByRound):
 
 
 @pytest.mark.parametrize(
-    "dip, twin, gain, kept",
-    [(1.0, 1.0, 1.08, True), (0.88, 1.0, 1.08, True), (1.0, 0.88, 1.08, False)],
+    "dip, twin, state, rounds",
+    [(1.0, 1.0, PROVEN, 3), (0.88, 1.0, PROVEN, 3), (1.0, 0.88, UNRESOLVED, 8)],
 )
 def test_the_paired_noise_floor_moves_the_keep_threshold(
-    write_space, tmp_path, dip, twin, gain, kept
+    write_space, tmp_path, dip, twin, state, rounds
 ):
     """Checkpointing is worth 8% in every round. Each round runs the baseline twice, and
-    its twin against its own run is the floor decisions use: kept on a quiet machine
-    (margin 3%, search.min_gain); kept where only the baseline's two back-to-back repeats
-    were 12% apart (cpu.yaml, 2026-12-07: floors of 8.8-34.9% read that way dropped a
-    compile the rounds measured at 1.06-1.09x); dropped where the rounds put the baseline
-    12-14% from itself (margin 10%, the floor's cap). The back-to-back floor stays the
-    search's."""
+    its twin against its own run is the floor decisions use: proven at 3 rounds on a
+    quiet machine (margin 3%, search.min_gain), and where only the baseline's two
+    back-to-back repeats were 12% apart (cpu.yaml, 2026-12-07: floors of 8.8-34.9% read
+    that way dropped a compile the rounds measured at 1.06-1.09x). Where the rounds put
+    the baseline 12-14% from itself (margin 10%, the floor's cap) the 8% is not proven:
+    its rounds go on to the cap (8), where it stands, proven above the least gain; it is
+    not dropped as within noise (below the margin, above the least gain: issue 41's
+    judge dropped a real compile so). The back-to-back floor stays the search's."""
     text = SPACE.replace("noise_runs: 0,", "noise_runs: 2,")
     space = load_space(write_space(text))
-    backend = NoisyBaseline(_table(STEADY), [gain] * 8, dip, twin)
+    backend = NoisyBaseline(_table(STEADY), [1.08] * 30, dip, twin)
     storage = f"sqlite:///{tmp_path}/s.db"
     result = tune(space, storage=storage, out_dir=tmp_path, backend=backend)
     assert backend.calls[:3] == [space.baseline] * 3  # the baseline, then its 2 repeats
     ckpt = next(c for c in result.contributions if c.knob == "gradient_checkpointing")
-    assert ckpt.kept is kept and len(ckpt.ratios) == 3  # resolved either way at 3 rounds
+    assert ckpt.decision.state == state and len(ckpt.ratios) == rounds
+    assert ckpt.kept and result.best.number == result.winner.number
     base = result.baseline
-    assert len(base.ratios) == result.noise_rounds == 3  # one twin a round, not a run of its own
-    paired = 0.0 if twin == 1.0 else statistics.median(sorted([0.12, 0.12, 1 / 0.88 - 1]))
+    # one twin a round, not a run of its own
+    assert len(base.ratios) == result.noise_rounds == rounds
+    paired = 0.0 if twin == 1.0 else statistics.median([0.12, 0.12, 1 / 0.88 - 1])
     assert result.noise_floor == pytest.approx(paired, abs=0.0137)
     study = optuna.load_study(study_name=space.study.name, storage=storage)
     ratios = twin_ratios(records(study))  # each round's twin over the baseline's own run
-    assert len(ratios) == 3 and all(
+    assert len(ratios) == rounds and all(
         r in (pytest.approx(twin), pytest.approx(1 / twin)) for r in ratios
     )
     assert result.margin == pytest.approx(max(0.03, min(result.noise_floor, FLOOR_CAP)))
     assert result.search_floor == pytest.approx((1 - dip) / ((1 + dip) / 2))
     data = report_data(result, {})
-    assert data["noise_floor"] == result.noise_floor and data["noise_rounds"] == 3
+    assert data["noise_floor"] == result.noise_floor and data["noise_rounds"] == rounds
     assert data["search_floor"] == pytest.approx(result.search_floor)
     fact = next(f for f in summary_facts(result) if f.key == "noise_floor")
-    assert "the baseline against itself in 3 paired rounds" in fact.text, fact.text
+    assert f"the baseline against itself in {rounds} paired rounds" in fact.text, fact.text
+    if state == UNRESOLVED:
+        said = "unresolved after 8 rounds (interval 1.08-1.08x below 1.10x), above the least"
+        assert said in contribution_text(ckpt), contribution_text(ckpt)
 
 
 def test_the_baseline_s_twin_runs_half_a_round_from_it():
@@ -648,7 +655,8 @@ def test_the_baseline_s_twin_runs_half_a_round_from_it():
 def test_without_twin_runs_the_back_to_back_floor_decides(write_space, tmp_path):
     """A study whose rounds ran no twin (made before the twin existed: the twins are
     taken out of its records here) reads the floor back to back, as it did: the
-    baseline's repeats 12% apart, margin 10%, checkpointing's 8% dropped."""
+    baseline's repeats 12% apart, margin 10%, checkpointing's 8% (proven at 3 rounds
+    under the paired floor) not proven: unresolved, its rounds would go on."""
     text = SPACE.replace("noise_runs: 0,", "noise_runs: 2,")
     space = load_space(write_space(text))
     storage = f"sqlite:///{tmp_path}/s.db"
@@ -662,7 +670,7 @@ def test_without_twin_runs_the_back_to_back_floor_decides(write_space, tmp_path)
     assert result.noise_rounds == 0 and result.noise_floor == pytest.approx(0.12 / 0.94)
     assert result.margin == FLOOR_CAP
     ckpt = next(c for c in result.contributions if c.knob == "gradient_checkpointing")
-    assert not ckpt.kept and ckpt.decision.state == "within noise"
+    assert ckpt.decision.state == UNRESOLVED and len(ckpt.ratios) == 3
 
 
 @pytest.mark.parametrize("low, kept", [(1.06, True), (1.02, False)])
