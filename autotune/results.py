@@ -729,10 +729,11 @@ def back_to_back(trials: list[TrialRecord], number: int) -> list[TrialRecord]:
 
 
 def standings(trials: list[TrialRecord], summary: list[TrialRecord]) -> dict[int, float]:
-    """Per config with paired second looks (by its first trial's number) and no paired
-    confirmation rounds: its level read from the pairs, the median over them of its run
-    over the best's run right before it, times that config's median (its value in
-    ``summary``). Pairs with a run that did not go in full count for nothing.
+    """Per config with paired second looks (by its first trial's number): its level read
+    from the pairs, the median over them of its run over the best's run right before it,
+    times that config's median (its value in ``summary``). Pairs with a run that did not
+    go in full count for nothing. :func:`summarize` sets it as the standing only of a
+    config with no paired confirmation rounds (their medians take over).
 
     Why: a move's runs back to back with itself see a slow stretch of the machine each
     time, and the best's runs, minutes before, did not. On text.yaml (AMD EPYC with

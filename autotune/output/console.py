@@ -120,6 +120,8 @@ def summary_table(result: TuneResult, plain: bool = False) -> Table:
         title += f" ({skipped} predicted over memory, not run)"
     if any(t.ratios for t in result.trials):
         title += " (xN: the median of N paired confirmation rounds; vs baseline: their ratios)"
+    if any(t.standing is not None for t in result.trials):
+        title += " (paired: the rate its second look, beside the best, ranks it at)"
     table = Table(title=title, box=box.ASCII if plain else box.HEAVY_HEAD)
     columns = ["#", "role", "config", "status", rate, "vs baseline", result.memory_label]
     columns += ["padding"] if tokens else []
@@ -140,7 +142,13 @@ def summary_table(result: TuneResult, plain: bool = False) -> Table:
             t.role,
             t.config.short(),
             t.status if t.feasible else escape(f"{t.status}: {t.reason[: None if plain else 40]}"),
-            (f"{t.value:{digits}}" + (f" (x{t.runs})" if t.runs > 1 else "")) if m.rate else "-",
+            (
+                f"{t.value:{digits}}"
+                + (f" (x{t.runs})" if t.runs > 1 else "")
+                + (f" (paired {t.standing:{digits}})" if t.standing is not None else "")
+            )
+            if m.rate
+            else "-",
             _vs_baseline(t, result)
             + (f" ({min(t.ratios):.2f}-{max(t.ratios):.2f})" if paired and t.ratios else ""),
             memory_cell(m),

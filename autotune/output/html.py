@@ -14,6 +14,7 @@ from ..knobs import KNOBS
 from ..measurement import OK, TOKENS, Measurement
 from ..mfu import percent
 from ..results import DUPLICATE, TrialRecord, TuneResult
+from ..space import THROUGHPUT
 from .advice import Evidence, advice
 from .facts import (
     ERROR,
@@ -56,6 +57,8 @@ def trial_data(t: TrialRecord, result: TuneResult) -> dict[str, Any]:
         "speedup": result.vs_baseline(t),
         "ratios": list(t.ratios),  # per paired confirmation round, vs the baseline
         "runs": t.runs,
+        # what the search ranked it by: its paired second look beside the best (None: its value)
+        "standing": t.standing,
         "peak_mem_bytes": m.peak_mem_bytes,
         "compile_s": m.compile_s,
         "compile_cache": m.compile_cache,
@@ -302,6 +305,7 @@ def _trials_html(result: TuneResult) -> str:
         + "</tr>"
     )
     rows = []
+    rate_ranked = result.objective == THROUGHPUT  # the standing is in the rate's unit
     for t in result.trials:
         if t.role == DUPLICATE:
             continue
@@ -314,7 +318,9 @@ def _trials_html(result: TuneResult) -> str:
         rows.append(
             f"<tr class='{cls}'><td class='num'>{t.number}{' *' if best else ''}</td>"
             f"<td>{_e(t.role)}</td><td><code>{_e(t.config.short())}</code></td>"
-            f"<td>{_e(status)}</td><td class='num'>{_num(d['rate'])}</td>"
+            f"<td>{_e(status)}</td><td class='num'>{_num(d['rate'])}"
+            + (f" (paired {_num(t.standing)})" if t.standing is not None and rate_ranked else "")
+            + "</td>"
             f"<td class='num'>{_num(d['speedup'], '.2f')}{'x' if d['speedup'] else ''}</td>"
             f"<td class='num'>{_e(memory_cell(t.measurement))}</td>"
             f"<td class='num'>{_e(compile_cell(t))}</td>"

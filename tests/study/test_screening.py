@@ -13,8 +13,9 @@ import pytest
 from rich.console import Console
 
 from autotune import Config, Measurement, load_space, tune
-from autotune.output.console import ConsoleReporter
+from autotune.output.console import ConsoleReporter, summary_table
 from autotune.output.facts import summary_facts
+from autotune.output.html import render_html
 from autotune.output.report import report_data
 from autotune.results import (
     BASELINE,
@@ -1192,3 +1193,17 @@ def test_a_second_look_is_paired_with_the_best_so_a_slow_stretch_falls_on_both(t
     assert (compiled.config.packing, compiled.config.batch_size) == ("packed", 32)
     # The best's run next to the move is no run of its own back to back.
     assert partners[0] not in back_to_back(raw, partners[0].repeat_of)
+    # What the search ranked it by is shown beside its own runs' median: in the summary
+    # table, report.json and the HTML report.
+    (shown,) = [t for t in result.trials if t.number == first.number]
+    assert shown.standing == pytest.approx(summary.standing)
+    table_text = io.StringIO()
+    Console(file=table_text, width=300).print(summary_table(result, plain=True))
+    row = next(line for line in table_text.getvalue().splitlines() if f"| {n} " in line)
+    assert f"(paired {summary.standing:,.1f})" in row, row
+    data = report_data(result, {})
+    (row_data,) = [d for d in data["trials"] if d["number"] == first.number]
+    assert row_data["standing"] == pytest.approx(summary.standing)
+    assert next(d for d in data["trials"] if d["role"] == "baseline")["standing"] is None
+    page = render_html(result, {}, {}, [])
+    assert f"(paired {summary.standing:,.1f})" in page
