@@ -102,9 +102,15 @@ def decide(ratios: Sequence[float], threshold: float, below: float | None = None
         return UNRESOLVED
     if bounds[0] > threshold:
         return PROVEN
-    if bounds[1] < (threshold if below is None else min(below, threshold)):
+    if bounds[1] < within_bar(threshold, below):
         return WITHIN
     return UNRESOLVED
+
+
+def within_bar(threshold: float, least: float | None) -> float:
+    """The bar an interval must lie below to be within noise: ``least`` (``1 +
+    search.min_gain``), never above ``threshold``; ``threshold`` without one."""
+    return threshold if least is None else min(least, threshold)
 
 
 def paired_floor(ratios: Sequence[float]) -> float | None:
@@ -156,8 +162,15 @@ class Decision:
 
     @property
     def below(self) -> float:
-        """The bar an interval must lie below to be within noise."""
-        return self.threshold if self.least is None else min(self.least, self.threshold)
+        """The bar an interval must lie below to be within noise (:func:`within_bar`)."""
+        return within_bar(self.threshold, self.least)
+
+    @property
+    def below_margin(self) -> bool:
+        """Its interval lies wholly below :attr:`threshold` (within noise, or unresolved
+        between the least gain and the margin)."""
+        bounds = self.interval
+        return bounds is not None and bounds[1] < self.threshold
 
     @property
     def stands(self) -> bool:

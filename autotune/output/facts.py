@@ -117,10 +117,9 @@ def contribution_text(c: Contribution, together: tuple[str, ...] = ()) -> str:
     figures = f"{head}: {c.median:.2f}x, range {low:.2f}-{high:.2f}x"
     if c.knob in together and not c.kept:
         d, others = c.decision, [k for k in together if k != c.knob]
-        bounds = d.interval
         if d.state == WITHIN:
             where = f"below {d.below:.2f}x"
-        elif bounds is not None and bounds[1] < d.threshold:  # below the margin, not the least
+        elif d.below_margin:  # below the margin, not the least gain
             where = f"below {d.threshold:.2f}x, across {d.below:.2f}x"
         else:
             where = f"across {d.threshold:.2f}x"
@@ -172,8 +171,7 @@ def decision_text(d: Decision, win: str = "kept", lose: str = "dropped") -> str:
     if d.state == WITHIN:
         under = f"the least gain {d.below:.2f}x" if d.least is not None else bar
         return f"within noise ({span} below {under}, {d.rounds} rounds): {lose}"
-    bounds = d.interval
-    where = "below" if bounds is not None and bounds[1] < d.threshold else "across"
+    where = "below" if d.below_margin else "across"
     if d.stands:  # proven above the least gain, not past the margin: the gain is taken
         return (
             f"unresolved after {d.rounds} rounds ({span} {where} {bar}), "
