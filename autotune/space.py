@@ -195,6 +195,12 @@ class SearchSettings:
         predict_memory: skip a sampled config that the study's memory model (fitted from
             its trials, :mod:`autotune.study.memory`) predicts over the memory budget;
             it is recorded as ``predicted-over-memory`` instead of run.
+        interleave: a confirmation round runs its configs side by side, one trial process
+            each, taking turns on the machine a quarter second at a time
+            (:func:`autotune.study.runner.run_interleaved`), so that the machine's drift
+            over seconds falls on all of them alike; when their memory peaks together
+            fit the memory limit, else one at a time (a note says so). False: always one
+            at a time.
         screening: after the baseline, move one knob per trial, in an order the
             baseline's median over its runs sets, before the sampler takes over
             (:mod:`autotune.study.screening`); never with the ``grid`` sampler.
@@ -222,6 +228,7 @@ class SearchSettings:
     min_gain: float = 0.03
     predict_memory: bool = True
     screening: bool = True
+    interleave: bool = True
 
 
 @dataclass(frozen=True)

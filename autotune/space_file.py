@@ -555,6 +555,7 @@ def _parse_search(raw_search: Any, problems: list[str]) -> tuple[SearchSettings,
         min_gain=_below_one,
         predict_memory=_boolean,
         screening=_boolean,
+        interleave=_boolean,
     )
     given = raw_search if isinstance(raw_search, Mapping) else {}
     if "confirm_max_rounds" in given and search.confirm_max_rounds < search.confirm_rounds:

@@ -29,6 +29,12 @@ STACKS_GLOB = "stacks-*.log"
 # The environment variable holding the wall-clock time (time.time()) a trial was spawned.
 SPAWNED_AT = "AUTOTUNE_SPAWNED_AT"
 
+# An interleaved run's pipes (autotune.trial.baton): the driver grants a turn on
+# ``<baton>.grant``; the trial answers on ``<baton>.release``: TURN (it wants another) or
+# DONE (its result is written).
+GRANT, RELEASE = ".grant", ".release"
+TURN, DONE = b"r", b"d"
+
 # What a run does: measure a config (``trial``), find out what the machine and workload
 # can do (``probe``), check a workload for ``autotune validate`` (``check``), profile a
 # config (``profile``), or one long run of ``autotune verify`` (``verify``).
@@ -66,6 +72,9 @@ class TrialSpec:
         profile_steps: the profile: steps profiled.
         trace_path: the profile: where the Chrome trace goes.
         endless: a verify run streams seeded permutations instead of epochs.
+        baton: an interleaved run: its pipes' path without ``.grant``/``.release``
+            (:mod:`autotune.trial.baton`); ``None`` runs alone.
+        turn_s: an interleaved run: how long one turn holds the machine in the window.
     """
 
     mode: str
@@ -89,6 +98,8 @@ class TrialSpec:
     profile_steps: int = 5
     trace_path: str | None = None
     endless: bool = False
+    baton: str | None = None
+    turn_s: float = 0.25
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:

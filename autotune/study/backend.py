@@ -38,6 +38,14 @@ class TrialBackend(Protocol):
         """Measure ``config``; never raises for a failing trial."""
         ...
 
+    def run_round(
+        self, space: Space, configs: list[Config], folders: list[Path]
+    ) -> list[Measurement]:
+        """Measure ``configs`` side by side, taking turns on the machine (a confirmation
+        round: :func:`autotune.study.runner.run_interleaved`); their measurements in
+        order; never raises for a failing trial."""
+        ...
+
     def profile_trial(
         self, space: Space, config: Config, folder: Path, steps: int
     ) -> dict[str, Any]:
@@ -58,6 +66,11 @@ class SubprocessBackend:
         self, space: Space, config: Config, folder: Path, best_value: float | None = None
     ) -> Measurement:
         return runner.run_trial(space, config, folder, best_value=best_value)
+
+    def run_round(
+        self, space: Space, configs: list[Config], folders: list[Path]
+    ) -> list[Measurement]:
+        return runner.run_interleaved(space, configs, folders)
 
     def profile_trial(
         self, space: Space, config: Config, folder: Path, steps: int

@@ -52,9 +52,10 @@ from ..results import (
     ranked,
     summarize,
 )
-from ..space import Space
+from ..space import ENERGY, Space
 from .coordination import first_runs, waiting_roles
 from .reporter import Reporter
+from .runner import TURN_S
 from .sampling import encode, like, sample
 from .screening import rival_finalists
 from .storage import records
@@ -394,13 +395,10 @@ class Confirmation:
                     return True
                 study.set_user_attr("confirmation", conf)
             order = rotated(configs, index)
-            for config, twin in with_twin(order, base) if base else [(c, False) for c in order]:
-                if (first + index, config.key(), twin) in done:
-                    continue
-                if waiting_roles(study):
-                    self.notes.append("confirmation cut short: other trials are queued")
-                    return False
-                self._run_once(study, config, first + index, originals, twin)
+            runs = with_twin(order, base) if base else [(c, False) for c in order]
+            runs = [(c, twin) for c, twin in runs if (first + index, c.key(), twin) not in done]
+            if not self._run_round(study, runs, first + index, originals):
+                return False
             index += 1
 
     def _more_rounds(
@@ -479,17 +477,89 @@ class Confirmation:
             by_key[k] for k in dict.fromkeys([self.space.baseline.key(), *wanted]) if k in by_key
         ]
 
-    def _run_once(
+    def _run_round(
+        self,
+        study: optuna.Study,
+        runs: list[tuple[Config, bool]],
+        number: int,
+        originals: dict[str, TrialRecord],
+    ) -> bool:
+        """Run round ``number``'s ``runs`` (each config, and whether it is the baseline's
+        twin): side by side, taking turns on the machine (``search.interleave``), when
+        they fit in memory together (:meth:`_together`); else one after the other. False
+        when the round was cut short: other trials are queued."""
+        if not runs:
+            return True
+        if waiting_roles(study):
+            self.notes.append("confirmation cut short: other trials are queued")
+            return False
+        if len(runs) < 2 or not self._together(study, [c for c, _ in runs]):
+            for i, (config, twin) in enumerate(runs):
+                if i and waiting_roles(study):
+                    self.notes.append("confirmation cut short: other trials are queued")
+                    return False
+                self._run_once(study, config, number, originals, twin)
+            return True
+        said = "confirmation rounds ran side by side:"
+        if not any(n.startswith(said) for n in self.notes):
+            self.notes.append(
+                f"{said} each round's configs in their own processes at once, taking turns "
+                f"on the machine ({TURN_S:g} s each in their windows), so that its drift "
+                "falls on all of them alike (search.interleave)"
+            )
+        asked = [self._ask(study, config, number, originals, twin) for config, twin in runs]
+        for record in self.trials.measure_round(study, asked):
+            self._reported(study, record, originals)
+        return True
+
+    def _together(self, study: optuna.Study, configs: list[Config]) -> bool:
+        """Whether a round of ``configs`` runs interleaved: ``search.interleave`` on, a
+        throughput objective (an interleaved window reads no energy), each config one
+        process (no DDP ranks, which would each wait for a turn), the steps
+        autotune's own (a framework's loop, a Trainer's, runs whole: a turn would be
+        its whole run), and their memory peaks together (each config's largest so far;
+        one not yet run counted as the largest of the others) within one trial's memory
+        budget; else a note says why not (once)."""
+        runs = records(study)
+        if not self.space.search.interleave or any(c.world_size > 1 for c in configs):
+            return False
+        if not getattr(self.trials.backend, "noisy", True):  # a replay: no drift to share
+            return False
+        if self.space.trial.objective == ENERGY:  # an interleaved window reads no energy
+            return False
+        if any(t.measurement.loop is not None for t in runs):
+            return False
+        budget = self.trials.memory_budget
+        if budget is None:
+            return True
+        peaks: dict[str, int] = {}
+        for t in runs:
+            peak = t.measurement.peak_mem_bytes
+            if peak is not None and t.config.key() in {c.key() for c in configs}:
+                peaks[t.config.key()] = max(peak, peaks.get(t.config.key(), 0))
+        largest = max(peaks.values(), default=0)
+        need = sum(peaks.get(c.key(), largest) for c in configs)
+        if need <= budget:
+            return True
+        note = (
+            f"confirmation rounds ran one config at a time: side by side their "
+            f"{len(configs)} runs would need {need / 2**30:.1f} GiB, over the memory limit "
+            f"({budget / 2**30:.1f} GiB; search.interleave)"
+        )
+        if not any(n.startswith(note.split(":")[0]) for n in self.notes):
+            self.notes.append(note)
+        return False
+
+    def _ask(
         self,
         study: optuna.Study,
         config: Config,
         number: int,
         originals: dict[str, TrialRecord],
-        twin: bool = False,
-    ) -> None:
-        """Run ``config`` once in round ``number``: a repeat of its search run, or its
-        first run (an ablation, a reduced config); ``twin``: the baseline's second run of
-        the round (:func:`with_twin`)."""
+        twin: bool,
+    ) -> tuple[optuna.Trial, Config, dict[str, Any]]:
+        """A trial of the study for ``config``'s run in round ``number`` (queued with its
+        role and round, then taken), and what :meth:`Trials.tell` takes besides."""
         original = originals.get(config.key())
         role = REPEAT if original is not None else CONFIRM
         attrs: dict[str, Any] = {"role": role, "round": number}
@@ -500,15 +570,32 @@ class Confirmation:
         study.enqueue_trial(encode(self.space, config), user_attrs=attrs)
         trial = study.ask()
         sample(self.space, trial)
-        record = self.trials.measure(
-            study,
-            trial,
-            config,
-            repeat_of=original.number if original is not None else None,
-            round_=number,
-            cold_compile_s=original.measurement.compile_s if original else None,
-        )
-        if original is None:
-            originals[config.key()] = record
+        told = {
+            "repeat_of": original.number if original is not None else None,
+            "round_": number,
+            "cold_compile_s": original.measurement.compile_s if original else None,
+        }
+        return trial, config, told
+
+    def _run_once(
+        self,
+        study: optuna.Study,
+        config: Config,
+        number: int,
+        originals: dict[str, TrialRecord],
+        twin: bool = False,
+    ) -> None:
+        """Run ``config`` once in round ``number``, alone: a repeat of its search run, or
+        its first run (an ablation, a reduced config); ``twin``: the baseline's second run
+        of the round (:func:`with_twin`)."""
+        trial, config, told = self._ask(study, config, number, originals, twin)
+        self._reported(study, self.trials.measure(study, trial, config, **told), originals)
+
+    def _reported(
+        self, study: optuna.Study, record: TrialRecord, originals: dict[str, TrialRecord]
+    ) -> None:
+        """A round's run, told: a config's first run is what its later runs repeat; the
+        reporter hears of it."""
+        originals.setdefault(record.config.key(), record)
         every = records(study)
         self.reporter.trial(record, best_of(every), baseline_of(every), 0, None)

@@ -107,6 +107,13 @@ class ReplayBackend:
         self.calls.append(config)
         return self.measurement(config)
 
+    def run_round(
+        self, space: Space, configs: list[Config], folders: list[Path]
+    ) -> list[Measurement]:
+        """A replayed round: each config's row, as one at a time (a table has no drift
+        to share)."""
+        return [self.run_trial(space, c, f) for c, f in zip(configs, folders, strict=True)]
+
     def measurement(self, config: Config) -> Measurement:
         """The table's answer for ``config``; an error naming it when the table has none."""
         found = self.rows.get(config.key())

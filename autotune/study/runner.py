@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from ..knobs import Capabilities
 from ..measurement import FAILED, OK, OOM, PRUNED, TIMEOUT, Measurement
 from ..mfu import peak_keys
 from ..space import ENERGY, Space
-from ..trial_spec import SPAWNED_AT, STACKS_SIGNAL, TrialSpec, trial_spec
+from ..trial_spec import GRANT, RELEASE, SPAWNED_AT, STACKS_SIGNAL, TURN, TrialSpec, trial_spec
 from . import forks, stacks
 from .compile_cache import compile_cache, keep_machine_probe, machine_probe
 from .forks import FORK, SPAWN, Forked, LauncherError
@@ -321,3 +322,139 @@ def profile_trial(space: Space, config: Config, folder: Path, steps: int) -> dic
     )
     env, _ = compile_cache(config, folder)
     return run_child(spec, folder, space.trial.timeout_s, env=env, how=space.trial.launcher)
+
+
+# How long one turn of an interleaved run holds the machine in its window (trial.turn_s):
+# the machine's speed drifts over seconds (a 2-core VM: 0.87-1.06x of its median from
+# one second to the next), far slower than turns of a quarter second.
+TURN_S = 0.25
+
+
+@dataclass
+class _Member:
+    """One trial process of an interleaved run, as the driver sees it."""
+
+    folder: Path
+    spec: TrialSpec
+    cache: str | None
+    grant: int  # the pipes' descriptors, both opened read-write: neither open blocks
+    release: int
+    out: Any = None
+    err: Any = None
+    proc: subprocess.Popen | Forked | None = None
+    how: str = SPAWN
+    start: float = 0.0
+    held_s: float = 0.0  # the turns it held the machine: its timeout counts these
+    stopped: dict[str, Any] | None = None
+
+
+def run_interleaved(
+    space: Space, configs: list[Config], folders: list[Path], turn_s: float = TURN_S
+) -> list[Measurement]:
+    """Measure ``configs`` side by side: one trial process each (in ``folders``), all
+    started at once, taking turns on the machine (:mod:`autotune.trial.baton`). The first
+    turn of each is its build and warm-up, one after the other; then, in this order round
+    and round, each window runs ``turn_s`` of its steps and hands the machine on, so that
+    the machine's drift over seconds falls on every config alike. Each window's figures
+    are those of its own turns. The measurements, in the order of ``configs``; never
+    raises for a failing trial.
+
+    A trial that crashes, overruns ``trial.timeout_s`` (counted over its own turns) or
+    its memory cap leaves the ring with that status; the others go on. All the configs
+    are in memory at once: the caller makes sure they fit."""
+    members: list[_Member] = []
+    try:
+        for config, folder in zip(configs, folders, strict=True):
+            members.append(_join(space, config, folder, turn_s))
+        for m in members:
+            m.out, m.err = open(m.folder / "stdout.log", "wb"), open(m.folder / "stderr.log", "wb")  # noqa: SIM115
+            env, _ = compile_cache(m.spec.config, m.folder)
+            m.start = time.perf_counter()
+            m.proc, m.how = _start(
+                m.folder / "spec.json", m.folder / "result.json", m.out, m.err,
+                extra_env=env, how=space.trial.launcher,
+            )  # fmt: skip
+        _take_turns(members, space.trial.timeout_s, space.trial.memory_cap_bytes())
+    except BaseException:
+        for m in members:
+            if m.proc is not None:
+                _kill_group(m.proc)
+        raise
+    finally:
+        for m in members:
+            for fd in (m.grant, m.release):
+                os.close(fd)
+            for f in (m.out, m.err):
+                if f is not None:
+                    f.close()
+    out = []
+    for m in members:
+        _kill_group(m.proc)  # reap what it left in its group (DataLoader workers)
+        stacks.clear(m.folder, empty_only=True)
+        payload = {**_outcome(m.folder, m.proc, m.stopped, m.start), "launcher": m.how}
+        out.append(Measurement.from_dict(payload).replace(compile_cache=m.cache))
+    return out
+
+
+def _join(space: Space, config: Config, folder: Path, turn_s: float) -> _Member:
+    """The member's folder: its spec, the pipes its turns pass through, no old result."""
+    folder.mkdir(parents=True, exist_ok=True)
+    baton = (folder / "baton").resolve()
+    fds = []
+    for suffix in (GRANT, RELEASE):
+        path = Path(f"{baton}{suffix}")
+        path.unlink(missing_ok=True)
+        os.mkfifo(path)
+        fds.append(os.open(path, os.O_RDWR))
+    spec = trial_spec(space, "trial", config, baton=str(baton), turn_s=turn_s)
+    spec.write(folder / "spec.json")
+    (folder / "result.json").unlink(missing_ok=True)
+    stacks.clear(folder)
+    _, cache = compile_cache(config, folder)
+    return _Member(folder, spec, cache, *fds)
+
+
+def _take_turns(members: list[_Member], timeout_s: float, memory_cap: int | None) -> None:
+    """Grant the machine to one member at a time, round and round, until each has said
+    it is done, died or been stopped (``stopped``: a timeout over its own turns, its
+    memory cap)."""
+    ring = list(members)
+    while ring:
+        m = ring.pop(0)
+        if m.proc.poll() is not None:
+            continue
+        os.write(m.grant, b"g")
+        if _turn(m, timeout_s, memory_cap) == TURN:
+            ring.append(m)
+
+
+def _turn(m: _Member, timeout_s: float, memory_cap: int | None) -> bytes | None:
+    """Wait for ``m`` to hand the machine back: ``TURN`` (it wants another), ``DONE``, or
+    None when it died or was stopped (killed, with the reason in ``m.stopped``)."""
+    began = time.monotonic()
+    while True:
+        ready, _, _ = select.select([m.release], [], [], POLL_S)
+        if ready:
+            m.held_s += time.monotonic() - began
+            return os.read(m.release, 1)
+        if m.proc.poll() is not None:
+            return None
+        if m.held_s + time.monotonic() - began >= timeout_s:
+            _ask_for_stacks(m.proc)
+            _kill_group(m.proc)
+            m.stopped = {
+                "status": TIMEOUT,
+                "reason": f"no result within {timeout_s:g} s of its own turns; killed",
+            }
+            return None
+        used = group_memory_over(m.proc.pid, memory_cap) if memory_cap is not None else None
+        if used is not None:
+            _kill_group(m.proc)
+            m.stopped = {
+                "status": OOM,
+                "reason": (
+                    f"trial processes used {used / 2**20:.0f} MiB, over the per-trial cap of "
+                    f"{memory_cap / 2**20:.0f} MiB; killed"
+                ),
+            }
+            return None

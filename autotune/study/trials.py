@@ -10,6 +10,7 @@ told (:meth:`Trials.tell`), which judges and stores and runs nothing.
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -107,6 +108,37 @@ class Trials:
         return self.tell(
             study, trial, config, m, role, reference=self.reference(study, config, m), **told
         )
+
+    def measure_round(
+        self, study: optuna.Study, runs: list[tuple[optuna.Trial, Config, dict[str, Any]]]
+    ) -> list[TrialRecord]:
+        """Run the configs of ``runs`` (each on its trial, with what :meth:`tell` takes
+        besides) side by side, taking turns on the machine (the backend's ``run_round``),
+        then judge and tell each as :meth:`measure` does. Interrupted, every trial of
+        the round is failed."""
+        try:
+            with ExitStack() as beats:
+                for trial, _, _ in runs:
+                    beats.enter_context(Heartbeat(trial, self.space.study.heartbeat_s))
+                configs = [config for _, config, _ in runs]
+                folders = [self.folder(trial.number) for trial, _, _ in runs]
+                ms = self.backend.run_round(self.space, configs, folders)
+        except BaseException:
+            for trial, _, _ in runs:
+                study.tell(trial, state=FAIL)
+            raise
+        return [
+            self.tell(
+                study,
+                trial,
+                config,
+                m,
+                trial.user_attrs.get("role", SEARCH),
+                reference=self.reference(study, config, m),
+                **told,
+            )
+            for (trial, config, told), m in zip(runs, ms, strict=True)
+        ]
 
     def reference(self, study: optuna.Study, config: Config, m: Measurement) -> list[float] | None:
         """The fp32 loss trajectory ``config``'s run ``m`` is judged against (the first

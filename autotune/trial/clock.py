@@ -1,19 +1,22 @@
 """Clocks and memory readings for one trial process.
 
 On CUDA, step times come from CUDA events (no per-step host sync) and the window is
-bracketed by ``torch.cuda.synchronize()``; on the CPU, ``time.perf_counter``.
+bracketed by ``torch.cuda.synchronize()``; on the CPU, the process's own time
+(:func:`autotune.trial.baton.own_time`: ``time.perf_counter`` less the waits of an
+interleaved run, none otherwise).
 """
 
 from __future__ import annotations
 
 import resource
 import statistics
-import time
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from .baton import own_time
 
 
 class StepClock:
@@ -22,13 +25,16 @@ class StepClock:
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
         self._marks: list[Any] = []
+        # seconds the process waited for its turn (an interleaved run) within the step
+        # that ends at mark i + 1, by i: CUDA events span them, own time does not
+        self._gaps: dict[int, float] = {}
         self._start_s = 0.0
         self._end_s = 0.0
 
     def start(self) -> None:
         if self.cuda:
             torch.cuda.synchronize()
-        self._start_s = time.perf_counter()
+        self._start_s = own_time()
         self.mark()
 
     def mark(self) -> None:
@@ -37,19 +43,26 @@ class StepClock:
             event.record()
             self._marks.append(event)
         else:
-            self._marks.append(time.perf_counter())
+            self._marks.append(own_time())
+
+    def waited(self, seconds: float) -> None:
+        """The process waited ``seconds`` for its turn after the last mark (the device
+        idle: :meth:`autotune.trial.baton.Baton.hand_back` synchronized it)."""
+        if self.cuda and seconds > 0:
+            last = len(self._marks) - 1
+            self._gaps[last] = self._gaps.get(last, 0.0) + seconds
 
     def stop(self) -> None:
         if self.cuda:
             torch.cuda.synchronize()
-        self._end_s = time.perf_counter()
+        self._end_s = own_time()
 
     def elapsed_s(self) -> float:
         """Wall time since :meth:`start`, device work included (on CUDA a sync: for a
         decision once in a while, not for every step)."""
         if self.cuda:
             torch.cuda.synchronize()
-        return time.perf_counter() - self._start_s
+        return own_time() - self._start_s
 
     def progress(self) -> tuple[int, float]:
         """Steps finished since :meth:`start` and the time they took, without a sync.
@@ -60,7 +73,8 @@ class StepClock:
             return len(self._marks) - 1, self._marks[-1] - self._marks[0]
         for i in range(len(self._marks) - 1, 0, -1):
             if self._marks[i].query():
-                return i, self._marks[0].elapsed_time(self._marks[i]) / 1000.0
+                waited = sum(s for k, s in self._gaps.items() if k < i)
+                return i, self._marks[0].elapsed_time(self._marks[i]) / 1000.0 - waited
         return 0, 0.0
 
     @property
@@ -72,7 +86,10 @@ class StepClock:
         # The start mark opens the first step; each later mark closes one step.
         marks = self._marks
         if self.cuda:
-            return [a.elapsed_time(b) / 1000.0 for a, b in pairwise(marks)]
+            return [
+                a.elapsed_time(b) / 1000.0 - self._gaps.get(i, 0.0)
+                for i, (a, b) in enumerate(pairwise(marks))
+            ]
         return [b - a for a, b in pairwise(marks)]
 
 

@@ -24,6 +24,7 @@ from ..measurement import NAN, OK, TOKENS, Measurement, compile_estimate_s
 from ..trial_spec import TrialSpec, steps_to_run
 from ..workload import Workload
 from .apply import StreamSampler
+from .baton import BATON, own_time
 from .build import Built
 from .clock import StepClock, peak_memory, reset_peak_memory, spread
 from .epoch import EPOCH_STEPS, EpochScale, epoch_scale, epoch_shapes
@@ -40,7 +41,7 @@ def measure(built: Built, progress_path: str | None = None, *, started: float) -
     untimed forward and backward of the dataset's longest samples runs between warm-up
     and window (``trial.longest_batch``), so the peak memory covers the longest batch.
     """
-    startup_s = time.perf_counter() - started
+    startup_s = own_time() - started  # not an interleaved run's wait for its first turn
     compiles = Compiles(built.config.compile_mode != "off")
     losses: list[torch.Tensor] = []
     warm = _warm_up(built, compiles, losses)
@@ -198,6 +199,11 @@ def _time_window(
     clock = StepClock(device)
 
     def step() -> None:
+        if BATON.due():  # an interleaved run: the next process's turn, then ours again
+            BATON.hand_back(device)
+            before_s = BATON.waited_s
+            BATON.take()
+            clock.waited(BATON.waited_s - before_s)
         losses.append(applied.train_step(arrivals))
         clock.mark()
         step_positions.append(applied.positions)
@@ -426,7 +432,7 @@ class _Arrivals:
             return next(self.batches)
         empty = ready_batches(self.batches) == 0
         batch = next(self.batches)
-        self.times.append((time.perf_counter(), empty))
+        self.times.append((own_time(), empty))
         return batch
 
 

@@ -20,6 +20,7 @@ import torch
 from ..errors import AutotuneError, first_line
 from ..measurement import FAILED, OK, OOM, Measurement
 from ..trial_spec import TrialSpec
+from .baton import BATON
 from .build import applied_settings, build, native_settings, prepare, stored_lengths
 from .compile import describe_compile_failure
 from .guard import RANK, WORLD
@@ -116,6 +117,8 @@ def main(argv: list[str], *, started: float, phases: dict[str, float] | None = N
     spec_path, result_path = Path(argv[0]), Path(argv[1])
     spec = TrialSpec.read(spec_path)  # the one reading of the spec
     try:
+        BATON.open(spec.baton, spec.turn_s)  # an interleaved run: its first turn
+        BATON.take()
         payload = run_mode(spec, started)
     except Exception as exc:  # the trial's failure is data, reported to the driver
         traceback.print_exc()
@@ -123,8 +126,11 @@ def main(argv: list[str], *, started: float, phases: dict[str, float] | None = N
         payload = Measurement(status=status, reason=failure_reason(exc, spec)[:500]).to_dict()
     payload.update(phases or {})
     payload["wall_s"] = time.perf_counter() - started
+    if BATON.active:  # its turns: how often it handed the machine back and forth
+        payload.update(turns=BATON.turns, waited_s=BATON.waited_s)
     if RANK == 0:  # under DDP, rank 0 speaks for the trial
         write_json(result_path, payload)
+    BATON.done()
     sys.stdout.flush()
     sys.stderr.flush()
     # Skip interpreter teardown: DataLoader workers and compile threads can make it slow.

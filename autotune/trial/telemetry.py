@@ -29,6 +29,11 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+from .baton import BATON, own_time
+
+# Why an interleaved window reads no machine-wide figure.
+SHARED = "interleaved with other runs (a confirmation round): the machine's figures are theirs too"
+
 INTERVAL_S = 0.1  # NVML's utilisation and power are themselves averages over ~0.1-1 s
 POWERCAP = Path("/sys/class/powercap")
 PROC = Path("/proc")
@@ -296,6 +301,9 @@ class Window:
     powercap: Path = POWERCAP
     started: float = 0.0
     ended: float | None = None
+    # interleaved with other runs (autotune.trial.baton): the machine's energy and the
+    # GPU's samples are theirs too, and are not read
+    shared: bool = False
     cpu: list[float | None] = field(default_factory=list)
     rapl: list[dict[str, tuple[float, float]]] = field(default_factory=list)
     rapl_note: str = ""
@@ -317,7 +325,7 @@ class Window:
             except self.nvml.NVMLError:
                 pass
         self._read_host()
-        self.ended = time.perf_counter()
+        self.ended = own_time()
 
     def fields(
         self, samples_per_s: float | None, tokens_per_s: float | None = None, ranks: int = 1
@@ -334,20 +342,22 @@ class Window:
             out.update(gpu_fields(self.samples, self.sampler.reader.missing))
             missing += out.pop("telemetry_missing")
         elif self.device_type == "cuda":
-            missing.append(f"nvml: {self.gpu_note}")
+            missing.append(f"nvml: {SHARED if self.shared else self.gpu_note}")
         span = self.ended - self.started
         tick_s = 1 / os.sysconf("SC_CLK_TCK")
         # /proc counts CPU time in ticks (10 ms): over a window of a few ms one tick more
         # or less reads as cores more or less, so such a window reports none
         if None not in self.cpu and span >= CPU_TICKS * tick_s:
             out["cpu_util_cores"] = (self.cpu[1] - self.cpu[0]) / span
-        rapl = rapl_delta(self.rapl[0], self.rapl[1])
+        rapl = None if self.shared else rapl_delta(self.rapl[0], self.rapl[1])
         if rapl is not None and self.device_type == "cuda":
             out["cpu_energy_j"] = rapl
         elif rapl is not None:
             out.update(energy_j=rapl, energy_s=span, energy_source="rapl")
         if "energy_j" not in out:
-            if self.sampler is not None:
+            if self.shared:
+                why = SHARED
+            elif self.sampler is not None:
                 why = "the GPU gave neither its energy counter nor its power"
             else:
                 why = self.gpu_note or self.rapl_note
@@ -375,17 +385,17 @@ def open_window(
     """Start reading the device (a ``torch.device``: its ``type`` and ``index``) and the
     host; call just before the window's clock starts. ``nvml`` is the pynvml module
     (imported here when not given)."""
-    window = Window(device.type, proc=proc, powercap=powercap)
+    window = Window(device.type, proc=proc, powercap=powercap, shared=BATON.active)
     try:
         window.pgid = os.getpgid(0)
     except OSError:
         pass
-    if device.type == "cuda":
+    if device.type == "cuda" and not window.shared:
         window.nvml, handle, window.gpu_note = _nvml_handle(device, nvml)
         if handle is not None:
             window.sampler = GpuSampler(NvmlReader(window.nvml, handle), interval_s)
     window._read_host()
-    window.started = time.perf_counter()
+    window.started = own_time()
     if window.sampler is not None:
         window.sampler.start()
     return window

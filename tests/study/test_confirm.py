@@ -910,3 +910,49 @@ def test_a_resumed_crowned_step_runs_the_lineup_it_chose(write_space, tmp_path):
     assert all(len(c.ratios) >= 3 and c.kept for c in result.contributions)
     conf = optuna.load_study(study_name="space", storage=storage).user_attrs["confirmation"]
     assert shared.key() in conf["steps"]["crowned"]
+
+
+class Rounds(ReplayBackend):
+    """The replay as a machine would run it (``noisy``: a replay's rounds have no drift
+    to share, and run one at a time), noting how each confirmation round was run: side
+    by side (``run_round``, its size) or one run at a time."""
+
+    noisy = True
+
+    def __init__(self, table: dict) -> None:
+        super().__init__(table)
+        self.together: list[int] = []
+
+    def run_round(self, space, configs, folders):
+        self.together.append(len(configs))
+        return super().run_round(space, configs, folders)
+
+
+@pytest.mark.parametrize(
+    ("limits", "search", "together"),
+    [
+        ("{memory: 4GiB}", "", True),  # 6-7 runs of 300 MiB: 2.1 GiB together
+        ("{memory: 1GiB}", "", False),  # each fits, together they do not
+        ("{memory: 4GiB}", ", interleave: false", False),
+    ],
+)
+def test_a_round_runs_side_by_side_when_its_runs_fit_in_memory_together(
+    write_space, tmp_path, limits, search, together
+):
+    text = SPACE.replace("confirm_max_rounds: 8", f"confirm_max_s: 0{search}")
+    space = load_space(write_space(text + f"    limits: {limits}\n"))
+    table = _table({"batch_size": 2.0, "num_workers": 1.2, "zero_grad_set_to_none": 1.0,
+                    "gradient_checkpointing": 1.3})  # fmt: skip
+    for row in table["measurements"]:
+        row["measurement"]["peak_mem_bytes"] = 300 * 2**20
+    backend = Rounds(table)
+    result = tune(space, storage="memory", out_dir=tmp_path, backend=backend)
+    assert result.winner is not None and len(backend.calls) > 16
+    note = "confirmation rounds ran one config at a time: side by side their"
+    if together:
+        # every round of the confirmation: its runs at once (the first plan's 6 configs)
+        assert backend.together[:3] == [6, 6, 6]
+        assert not any(note in n for n in result.notes)
+    else:
+        assert backend.together == []
+        assert any(note in n for n in result.notes) == (search == "")
