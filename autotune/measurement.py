@@ -30,6 +30,10 @@ def compile_estimate_s(warmup_s: float, warmup_steps: int, step_s: float) -> flo
     return max(0.0, warmup_s - warmup_steps * step_s)
 
 
+# The phase of a run side by side (a confirmation round) that is the other runs' turns.
+WAITING = "waiting for turns"
+
+
 @dataclass(frozen=True)
 class Measurement:
     """What one trial measured. Times in seconds, memory in bytes.
@@ -199,6 +203,8 @@ class Measurement:
             **({"longest batch": self.longest_s} if self.longest_s is not None else {}),
             "timed": self.window_s,
             "result and exit": self.exit_s or 0.0,
+            # side by side in a confirmation round: the other runs' turns
+            **({WAITING: self.waited_s} if self.waited_s is not None else {}),
         }
         total = (self.process_start_s or 0.0) + self.wall_s + (self.exit_s or 0.0)
         parts["other"] = max(0.0, total - sum(parts.values()))
@@ -215,7 +221,7 @@ class Measurement:
         if split is None:
             return None
         parts, _ = split
-        measuring = ("warm-up", "compile", "longest batch", "timed", "other")
+        measuring = ("warm-up", "compile", "longest batch", "timed", WAITING, "other")
         return sum(v for k, v in parts.items() if k not in measuring)
 
     def to_dict(self) -> dict[str, Any]:
@@ -245,13 +251,18 @@ def median_of(values: Iterable[float | None]) -> float | None:
 def fixed_cost(measurements: Iterable[Measurement]) -> tuple[float, float] | None:
     """The median fixed cost of these runs (:attr:`Measurement.fixed_s`: process start,
     imports, device, build, result and exit) and its median share of a run's wall time
-    (spawn to exit); None when no run recorded it. Runs of versions before the split:
+    (spawn to exit, less the other runs' turns of a run side by side); None when no run
+    recorded it. Runs of versions before the split:
     start-up (imports, build) over the process's own time.
 
     The one aggregation behind the summary's "per-trial fixed cost" and the benchmarks'.
     """
     measurements = list(measurements)
-    rows = [(m.fixed_s, s[1]) for m in measurements if (s := m.time_split()) is not None]
+    rows = [
+        (m.fixed_s, s[1] - s[0].get(WAITING, 0.0))
+        for m in measurements
+        if (s := m.time_split()) is not None
+    ]
     if not rows:  # recorded before the phases were
         rows = [(m.startup_s, m.wall_s) for m in measurements if m.startup_s and m.wall_s]
     rows = [(fixed, total) for fixed, total in rows if fixed is not None and total]

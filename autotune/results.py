@@ -563,7 +563,11 @@ class TuneResult:
         splits = [s for m in self._measured() if (s := m.time_split()) is not None]
         if not splits:
             return None
-        phases = {k: statistics.median(p[k] for p, _ in splits) for k in splits[0][0]}
+        # a phase some runs have and others not (a wait for turns): 0 where it is not
+        keys = dict.fromkeys(k for p, _ in splits for k in p)
+        phases = {k: statistics.median(p.get(k, 0.0) for p, _ in splits) for k in keys}
+        if "other" in phases:  # last, as in each run's
+            phases["other"] = phases.pop("other")
         return phases, statistics.median(total for _, total in splits), len(splits)
 
     def knob_costs(self) -> list[KnobCost]:

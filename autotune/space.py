@@ -199,8 +199,10 @@ class SearchSettings:
             each, taking turns on the machine a quarter second at a time
             (:func:`autotune.study.runner.run_interleaved`), so that the machine's drift
             over seconds falls on all of them alike; when their memory peaks together
-            fit the memory limit, else one at a time (a note says so). False: always one
-            at a time.
+            fit the memory limit, else one at a time (a note says so). One at a time
+            too for configs of several ranks, a framework's own loop (a Trainer, a
+            Lightning pair), an energy objective (an interleaved window reads no energy)
+            and a replay. False: always one at a time.
         screening: after the baseline, move one knob per trial, in an order the
             baseline's median over its runs sets, before the sampler takes over
             (:mod:`autotune.study.screening`); never with the ``grid`` sampler.

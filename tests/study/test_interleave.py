@@ -43,6 +43,12 @@ def test_each_window_takes_turns_and_counts_only_its_own(write_space, tmp_path):
         # others' turns counted, each window would be about three times its steps').
         steps_s = m.measured_steps * m.step_time_median_s
         assert m.window_s < 2 * steps_s, (m.window_s, steps_s)
+        # where its time went: the others' turns are a phase of their own, not its fixed
+        # cost, and the phases still add up to spawn-to-exit
+        parts, total = m.time_split()
+        assert parts["waiting for turns"] == m.waited_s
+        assert abs(sum(parts.values()) - total) < 1e-9
+        assert m.fixed_s < total - m.waited_s - m.window_s
         # the machine's energy over the window was the others' too: not read
         assert any("interleaved" in why for why in m.telemetry_missing)
     # Turns, not parallel runs: the windows add up within the wall time of the whole.
