@@ -29,11 +29,12 @@ STACKS_GLOB = "stacks-*.log"
 # The environment variable holding the wall-clock time (time.time()) a trial was spawned.
 SPAWNED_AT = "AUTOTUNE_SPAWNED_AT"
 
-# An interleaved run's pipes (autotune.trial.baton): the driver grants a turn on
-# ``<baton>.grant``; the trial answers on ``<baton>.release``: TURN (it wants another) or
-# DONE (its result is written).
+# An interleaved run's pipes (autotune.trial.baton): the trial says READY on
+# ``<baton>.release`` once it waits for its first turn (its imports done); the driver
+# grants a turn on ``<baton>.grant``; the trial answers on ``<baton>.release``: TURN (it
+# wants another) or DONE (its result is written).
 GRANT, RELEASE = ".grant", ".release"
-TURN, DONE = b"r", b"d"
+READY, TURN, DONE = b"o", b"r", b"d"
 
 # What a run does: measure a config (``trial``), find out what the machine and workload
 # can do (``probe``), check a workload for ``autotune validate`` (``check``), profile a

@@ -26,7 +26,16 @@ from ..knobs import Capabilities
 from ..measurement import FAILED, OK, OOM, PRUNED, TIMEOUT, Measurement
 from ..mfu import peak_keys
 from ..space import ENERGY, Space
-from ..trial_spec import GRANT, RELEASE, SPAWNED_AT, STACKS_SIGNAL, TURN, TrialSpec, trial_spec
+from ..trial_spec import (
+    GRANT,
+    READY,
+    RELEASE,
+    SPAWNED_AT,
+    STACKS_SIGNAL,
+    TURN,
+    TrialSpec,
+    trial_spec,
+)
 from . import forks, stacks
 from .compile_cache import compile_cache, keep_machine_probe, machine_probe
 from .forks import FORK, SPAWN, Forked, LauncherError
@@ -336,6 +345,7 @@ class _Member:
 
     folder: Path
     spec: TrialSpec
+    env: dict[str, str]  # the run's compile cache (compile_cache)
     cache: str | None
     grant: int  # the pipes' descriptors, both opened read-write: neither open blocks
     release: int
@@ -368,11 +378,10 @@ def run_interleaved(
             members.append(_join(space, config, folder, turn_s))
         for m in members:
             m.out, m.err = open(m.folder / "stdout.log", "wb"), open(m.folder / "stderr.log", "wb")  # noqa: SIM115
-            env, _ = compile_cache(m.spec.config, m.folder)
             m.start = time.perf_counter()
             m.proc, m.how = _start(
                 m.folder / "spec.json", m.folder / "result.json", m.out, m.err,
-                extra_env=env, how=space.trial.launcher,
+                extra_env=m.env, how=space.trial.launcher,
             )  # fmt: skip
         _take_turns(members, space.trial.timeout_s, space.trial.memory_cap_bytes())
     except BaseException:
@@ -410,15 +419,17 @@ def _join(space: Space, config: Config, folder: Path, turn_s: float) -> _Member:
     spec.write(folder / "spec.json")
     (folder / "result.json").unlink(missing_ok=True)
     stacks.clear(folder)
-    _, cache = compile_cache(config, folder)
-    return _Member(folder, spec, cache, *fds)
+    env, cache = compile_cache(config, folder)
+    return _Member(folder, spec, env, cache, *fds)
 
 
 def _take_turns(members: list[_Member], timeout_s: float, memory_cap: int | None) -> None:
-    """Grant the machine to one member at a time, round and round, until each has said
-    it is done, died or been stopped (``stopped``: a timeout over its own turns, its
-    memory cap)."""
-    ring = list(members)
+    """Once every member is ready (imported, waiting for its first turn: a spawned one's
+    imports take the cores), grant the machine to one member at a time, round and round,
+    until each has said it is done, died or been stopped (``stopped``: a timeout over
+    its own turns, its memory cap). The wait for a member to be ready counts as its own
+    time."""
+    ring = [m for m in members if _turn(m, timeout_s, memory_cap) == READY]
     while ring:
         m = ring.pop(0)
         if m.proc.poll() is not None:
@@ -429,8 +440,9 @@ def _take_turns(members: list[_Member], timeout_s: float, memory_cap: int | None
 
 
 def _turn(m: _Member, timeout_s: float, memory_cap: int | None) -> bytes | None:
-    """Wait for ``m`` to hand the machine back: ``TURN`` (it wants another), ``DONE``, or
-    None when it died or was stopped (killed, with the reason in ``m.stopped``)."""
+    """Wait for ``m``'s next word: ``READY``, ``TURN`` (it handed the machine back and
+    wants another), ``DONE``, or None when it died or was stopped (killed, with the
+    reason in ``m.stopped``)."""
     began = time.monotonic()
     while True:
         ready, _, _ = select.select([m.release], [], [], POLL_S)

@@ -1,5 +1,5 @@
 """A trial's turns on the machine when it runs interleaved with others (the trial's side
-of :mod:`autotune.study.interleave`).
+of :func:`autotune.study.runner.run_interleaved`).
 
 On a shared machine the speed moves by 10-30% over seconds (other tenants, the host's
 clock): two configs timed one after the other each see their own stretch of it, and a
@@ -8,11 +8,13 @@ VM. Run side by side, with the machine handed back and forth every fraction of a
 second, both see the same stretch: the driver grants a *turn* to one process of the
 round at a time, and each times only its own turns.
 
-The protocol (two named pipes per trial, made by the driver): the trial reads one byte
-from ``<baton>.grant`` before it does anything (the build and the warm-up are one turn:
-no compile runs beside another's window), and in the window hands the machine back
-(one byte ``r`` on ``<baton>.release``) once a turn has held it ``chunk_s``, waits for
-the next grant, and goes on. It writes ``d`` when its result is written. While it waits
+The protocol (two named pipes per trial, made by the driver; the bytes are
+:mod:`autotune.trial_spec`'s): the trial says it is ready (its imports done: a spawned
+trial's imports must not run beside another's window), then reads one byte from
+``<baton>.grant`` before it does anything (the build and the warm-up are one turn: no
+compile runs beside another's window), and in the window hands the machine back (a byte
+on ``<baton>.release``) once a turn has held it ``turn_s``, waits for the next grant,
+and goes on. It says it is done when its result is written. While it waits
 its DataLoader workers (its child processes) are stopped, so that they neither work for
 it on another's turn nor take the cores from the one whose turn it is; on CUDA the
 device is synchronized before the machine is handed back.
@@ -31,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..trial_spec import DONE, GRANT, RELEASE, TURN
+from ..trial_spec import DONE, GRANT, READY, RELEASE, TURN
 
 
 class Baton:
@@ -40,7 +42,7 @@ class Baton:
 
     def __init__(self) -> None:
         self.path: str | None = None
-        self.chunk_s = 0.0
+        self.turn_s = 0.0
         self.waited_s = 0.0  # the time spent waiting for turns
         self.turns = 0  # grants taken
         self._grant = -1
@@ -51,14 +53,16 @@ class Baton:
     def active(self) -> bool:
         return self.path is not None
 
-    def open(self, path: str | None, chunk_s: float) -> None:
-        """Join the round whose pipes are ``path`` + ``.grant``/``.release``; nothing
+    def open(self, path: str | None, turn_s: float) -> None:
+        """Join the round whose pipes are ``path`` + ``.grant``/``.release``, and say so
+        (the driver grants the first turn once every run of the round is ready); nothing
         without a path."""
         if path is None:
             return
-        self.path, self.chunk_s = path, chunk_s
+        self.path, self.turn_s = path, turn_s
         self._grant = os.open(path + GRANT, os.O_RDONLY)
         self._release = os.open(path + RELEASE, os.O_WRONLY)
+        os.write(self._release, READY)
 
     def take(self) -> None:
         """Wait for this process's turn (the time waited is not its own), then wake its
@@ -74,8 +78,8 @@ class Baton:
         self._held_since = own_time()
 
     def due(self) -> bool:
-        """Whether this turn has held the machine ``chunk_s``: time to hand it back."""
-        return self.active and own_time() - self._held_since >= self.chunk_s
+        """Whether this turn has held the machine ``turn_s``: time to hand it back."""
+        return self.active and own_time() - self._held_since >= self.turn_s
 
     def hand_back(self, device: Any) -> None:
         """End the turn: the device's queued work is finished first (it is this turn's),

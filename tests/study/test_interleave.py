@@ -12,7 +12,7 @@ from pathlib import Path
 
 from autotune import Config, load_space
 from autotune.study.runner import run_interleaved
-from autotune.trial_spec import DONE, GRANT, RELEASE, TURN
+from autotune.trial_spec import DONE, GRANT, READY, RELEASE, TURN
 
 HERE = Path(__file__).resolve().parent.parent
 FAULTY = HERE / "faulty.py"
@@ -111,6 +111,7 @@ def test_a_trial_s_workers_are_stopped_while_another_has_the_machine(tmp_path):
         [sys.executable, "-c", BATON_CHILD, baton], stdout=subprocess.PIPE, text=True
     )
     try:
+        assert os.read(release, 1) == READY
         os.write(grant, b"g")
         worker = int(child.stdout.readline())
         assert os.read(release, 1) == TURN  # its turn is over
