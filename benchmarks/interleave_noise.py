@@ -27,11 +27,11 @@ machine.
 from __future__ import annotations
 
 import argparse
-import math
-import statistics
 import tempfile
 from dataclasses import replace
 from pathlib import Path
+
+from window_noise import spread_line  # benchmarks/, the script's own folder
 
 from autotune import load_space
 from autotune.study.runner import TURN_S, run_interleaved, run_trial
@@ -85,12 +85,7 @@ def main() -> None:
             parts.append(f"{way}: B/A {rb / ra:.3f} (A {ra:,.0f}/s)")
         print(f"round {r + 1}: " + "; ".join(parts), flush=True)
     for way in WAYS:
-        xs = ratios[way]
-        sd = statistics.stdev(math.log(x) for x in xs) if len(xs) > 1 else float("nan")
-        print(
-            f"{way}: B/A median {statistics.median(xs):.3f}, "
-            f"range {min(xs):.3f}-{max(xs):.3f}, sd of log {sd:.3f} ({len(xs)} rounds)"
-        )
+        print(spread_line(way, ratios[way]))
 
 
 if __name__ == "__main__":

@@ -61,12 +61,18 @@ def main() -> None:
             parts.append(f"{w:g} s: B/A {rb / ra:.3f} (A {ra:,.0f}/s over {sa:.1f} s, {na} steps)")
         print(f"round {r + 1}: " + "; ".join(parts), flush=True)
     for w in lengths:
-        xs = ratios[w]
-        sd = statistics.stdev(math.log(x) for x in xs) if len(xs) > 1 else float("nan")
-        print(
-            f"window {w:g} s: B/A median {statistics.median(xs):.3f}, "
-            f"range {min(xs):.3f}-{max(xs):.3f}, sd of log {sd:.3f} ({len(xs)} rounds)"
-        )
+        print(spread_line(f"window {w:g} s", ratios[w]))
+
+
+def spread_line(label: str, ratios: list[float]) -> str:
+    """``label: B/A median ..., range ..., sd of log ... (N rounds)``: the per-round
+    noise a paired decision sees (this script's and ``interleave_noise.py``'s)."""
+    xs = ratios
+    sd = statistics.stdev(math.log(x) for x in xs) if len(xs) > 1 else float("nan")
+    return (
+        f"{label}: B/A median {statistics.median(xs):.3f}, "
+        f"range {min(xs):.3f}-{max(xs):.3f}, sd of log {sd:.3f} ({len(xs)} rounds)"
+    )
 
 
 if __name__ == "__main__":
