@@ -31,6 +31,7 @@ paired ratios, contributions, the recommendation) is read in :mod:`autotune.resu
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from typing import Any
 
@@ -524,6 +525,8 @@ class Confirmation:
         if not self.space.search.interleave or any(c.world_size > 1 for c in configs):
             return False
         if not getattr(self.trials.backend, "noisy", True):  # a replay: no drift to share
+            return False
+        if not hasattr(os, "mkfifo"):  # the turns pass through named pipes (not Windows)
             return False
         if self.space.trial.objective == ENERGY:  # an interleaved window reads no energy
             return False
