@@ -104,7 +104,7 @@ class Measurement:
     framework_setup_s: float | None = None
     exit_s: float | None = None
     launcher: str | None = None  # how the process started: "fork" (warm launcher) or "spawn"
-    # An interleaved run (autotune.study.interleave): the turns it took on the machine
+    # An interleaved run (autotune.study.runner.run_interleaved): the turns it took on the machine
     # and the seconds it waited for them (not in any of its times); None: it ran alone
     turns: int | None = None
     waited_s: float | None = None
