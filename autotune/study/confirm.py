@@ -491,13 +491,11 @@ class Confirmation:
         when the round was cut short: other trials are queued."""
         if not runs:
             return True
-        if waiting_roles(study):
-            self.notes.append("confirmation cut short: other trials are queued")
+        if self._queued(study):
             return False
         if len(runs) < 2 or not self._together(study, [c for c, _ in runs]):
             for i, (config, twin) in enumerate(runs):
-                if i and waiting_roles(study):
-                    self.notes.append("confirmation cut short: other trials are queued")
+                if i and self._queued(study):
                     return False
                 self._run_once(study, config, number, originals, twin)
             return True
@@ -512,6 +510,13 @@ class Confirmation:
         for record in self.trials.measure_round(study, asked):
             self._reported(study, record, originals)
         return True
+
+    def _queued(self, study: optuna.Study) -> bool:
+        """Whether other trials are queued (they come first: the rounds stop, noted)."""
+        if waiting_roles(study):
+            self.notes.append("confirmation cut short: other trials are queued")
+            return True
+        return False
 
     def _together(self, study: optuna.Study, configs: list[Config]) -> bool:
         """Whether a round of ``configs`` runs interleaved: ``search.interleave`` on, a

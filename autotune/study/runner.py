@@ -136,25 +136,60 @@ def _supervise(
         except subprocess.TimeoutExpired:
             pass
         if time.monotonic() >= deadline:
-            _ask_for_stacks(proc)
-            _kill_group(proc)
-            return {"status": TIMEOUT, "reason": f"no result within {timeout_s:g} s; killed"}
-        if memory_cap_bytes is not None:
-            used = group_memory_over(proc.pid, memory_cap_bytes)
-            if used is not None:
-                _kill_group(proc)
-                return {
-                    "status": OOM,
-                    "reason": (
-                        f"trial processes used {used / 2**20:.0f} MiB, over the per-trial cap of "
-                        f"{memory_cap_bytes / 2**20:.0f} MiB; killed"
-                    ),
-                }
+            return _timed_out(proc, f"no result within {timeout_s:g} s; killed")
+        over = _over_memory(proc, memory_cap_bytes)
+        if over is not None:
+            return over
         if stop_early is not None:
             reason = stop_early()
             if reason:
                 _kill_group(proc)
                 return {"status": PRUNED, "reason": reason}
+
+
+def _timed_out(proc: subprocess.Popen | Forked, reason: str) -> dict[str, Any]:
+    """Stop a run past its time: its stacks first (where it hung), then its group."""
+    _ask_for_stacks(proc)
+    _kill_group(proc)
+    return {"status": TIMEOUT, "reason": reason}
+
+
+def _over_memory(proc: subprocess.Popen | Forked, cap_bytes: int | None) -> dict[str, Any] | None:
+    """Stop a run whose process group is over ``cap_bytes`` (None: no cap), and say why;
+    None while it is under."""
+    used = group_memory_over(proc.pid, cap_bytes) if cap_bytes is not None else None
+    if used is None:
+        return None
+    _kill_group(proc)
+    return {
+        "status": OOM,
+        "reason": (
+            f"trial processes used {used / 2**20:.0f} MiB, over the per-trial cap of "
+            f"{cap_bytes / 2**20:.0f} MiB; killed"
+        ),
+    }
+
+
+def _prepare(spec: TrialSpec, folder: Path) -> None:
+    """A run's folder: its spec written, an earlier run's result and stacks gone."""
+    folder.mkdir(parents=True, exist_ok=True)
+    spec.write(folder / "spec.json")
+    (folder / "result.json").unlink(missing_ok=True)
+    stacks.clear(folder)
+
+
+def _finished(
+    folder: Path,
+    proc: subprocess.Popen | Forked,
+    stopped: dict[str, Any] | None,
+    start: float,
+    how: str,
+) -> dict[str, Any]:
+    """A run that ended: what it left in its group reaped (DataLoader workers), its
+    empty stack files gone, its payload (:func:`_outcome`) and how it started."""
+    _kill_group(proc)
+    stacks.clear(folder, empty_only=True)
+    return {**_outcome(folder, proc, stopped, start), "launcher": how}
 
 
 def run_child(
@@ -178,11 +213,8 @@ def run_child(
     or ``spawn`` (``trial.launcher``). The payload says which in ``launcher``. This
     function raises only on KeyboardInterrupt, after killing the child's process group.
     """
-    folder.mkdir(parents=True, exist_ok=True)
+    _prepare(spec, folder)
     spec_path, result_path = folder / "spec.json", folder / "result.json"
-    spec.write(spec_path)
-    result_path.unlink(missing_ok=True)
-    stacks.clear(folder)
     start = time.perf_counter()
     with open(folder / "stdout.log", "wb") as out, open(folder / "stderr.log", "wb") as err:
         proc, started = _start(spec_path, result_path, out, err, spec.world_size, env, module, how)
@@ -191,10 +223,7 @@ def run_child(
         except BaseException:
             _kill_group(proc)
             raise
-        # Reap anything the child left behind in its group (e.g. DataLoader workers).
-        _kill_group(proc)
-    stacks.clear(folder, empty_only=True)
-    return {**_outcome(folder, proc, stopped, start), "launcher": started}
+    return _finished(folder, proc, stopped, start, started)
 
 
 def _outcome(
@@ -396,29 +425,25 @@ def run_interleaved(
             for f in (m.out, m.err):
                 if f is not None:
                     f.close()
-    out = []
-    for m in members:
-        _kill_group(m.proc)  # reap what it left in its group (DataLoader workers)
-        stacks.clear(m.folder, empty_only=True)
-        payload = {**_outcome(m.folder, m.proc, m.stopped, m.start), "launcher": m.how}
-        out.append(Measurement.from_dict(payload).replace(compile_cache=m.cache))
-    return out
+    return [
+        Measurement.from_dict(_finished(m.folder, m.proc, m.stopped, m.start, m.how)).replace(
+            compile_cache=m.cache
+        )
+        for m in members
+    ]
 
 
 def _join(space: Space, config: Config, folder: Path, turn_s: float) -> _Member:
     """The member's folder: its spec, the pipes its turns pass through, no old result."""
-    folder.mkdir(parents=True, exist_ok=True)
     baton = (folder / "baton").resolve()
+    spec = trial_spec(space, "trial", config, baton=str(baton), turn_s=turn_s)
+    _prepare(spec, folder)
     fds = []
     for suffix in (GRANT, RELEASE):
         path = Path(f"{baton}{suffix}")
         path.unlink(missing_ok=True)
         os.mkfifo(path)
         fds.append(os.open(path, os.O_RDWR))
-    spec = trial_spec(space, "trial", config, baton=str(baton), turn_s=turn_s)
-    spec.write(folder / "spec.json")
-    (folder / "result.json").unlink(missing_ok=True)
-    stacks.clear(folder)
     env, cache = compile_cache(config, folder)
     return _Member(folder, spec, env, cache, *fds)
 
@@ -430,10 +455,8 @@ def _take_turns(members: list[_Member], timeout_s: float, memory_cap: int | None
     its own turns, its memory cap). The wait for a member to be ready counts as its own
     time."""
     ring = [m for m in members if _turn(m, timeout_s, memory_cap) == READY]
-    while ring:
+    while ring:  # a member that died since its last word: _turn sees it at once
         m = ring.pop(0)
-        if m.proc.poll() is not None:
-            continue
         os.write(m.grant, b"g")
         if _turn(m, timeout_s, memory_cap) == TURN:
             ring.append(m)
@@ -452,21 +475,9 @@ def _turn(m: _Member, timeout_s: float, memory_cap: int | None) -> bytes | None:
         if m.proc.poll() is not None:
             return None
         if m.held_s + time.monotonic() - began >= timeout_s:
-            _ask_for_stacks(m.proc)
-            _kill_group(m.proc)
-            m.stopped = {
-                "status": TIMEOUT,
-                "reason": f"no result within {timeout_s:g} s of its own turns; killed",
-            }
+            why = f"no result within {timeout_s:g} s of its own turns; killed"
+            m.stopped = _timed_out(m.proc, why)
             return None
-        used = group_memory_over(m.proc.pid, memory_cap) if memory_cap is not None else None
-        if used is not None:
-            _kill_group(m.proc)
-            m.stopped = {
-                "status": OOM,
-                "reason": (
-                    f"trial processes used {used / 2**20:.0f} MiB, over the per-trial cap of "
-                    f"{memory_cap / 2**20:.0f} MiB; killed"
-                ),
-            }
+        m.stopped = _over_memory(m.proc, memory_cap)
+        if m.stopped is not None:
             return None

@@ -105,6 +105,14 @@ class Trials:
         :meth:`tell` takes besides (a confirmation round's ``round_``...)."""
         role = trial.user_attrs.get("role", SEARCH)
         m = self.run(study, trial, config, best_value if role == SEARCH else None)
+        return self._judged(study, trial, config, m, **told)
+
+    def _judged(
+        self, study: optuna.Study, trial: optuna.Trial, config: Config, m: Measurement, **told: Any
+    ) -> TrialRecord:
+        """Tell ``trial``'s run ``m`` in its role (queued trials carry theirs), judged
+        against the reference :meth:`reference` finds."""
+        role = trial.user_attrs.get("role", SEARCH)
         return self.tell(
             study, trial, config, m, role, reference=self.reference(study, config, m), **told
         )
@@ -128,15 +136,7 @@ class Trials:
                 study.tell(trial, state=FAIL)
             raise
         return [
-            self.tell(
-                study,
-                trial,
-                config,
-                m,
-                trial.user_attrs.get("role", SEARCH),
-                reference=self.reference(study, config, m),
-                **told,
-            )
+            self._judged(study, trial, config, m, **told)
             for (trial, config, told), m in zip(runs, ms, strict=True)
         ]
 
