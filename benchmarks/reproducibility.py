@@ -7,7 +7,11 @@ Issue 41: on a noisy machine the same ``autotune run`` kept a knob whose rounds 
 own ``python -m autotune run`` process with its own SQLite file (as a user reruns the
 command), then measures every distinct recommendation and the baseline head to head: one
 interleaved batch of paired rounds, each config once a round as a fresh trial process, the
-order rotated every round. The rounds are sequential: ``--rounds`` at least, then on until
+order rotated every round. A round's runs go side by side, taking turns on the machine as
+the confirmation's rounds do (:func:`autotune.study.runner.run_interleaved`), where their
+memory peaks in the studies add up within the memory limit; ``--one-at-a-time`` runs
+them one after the other, as the judges before 2026-12-07 did. The rounds are
+sequential: ``--rounds`` at least, then on until
 every recommendation's regret interval lies on one side of the goal (at or below it, or
 wholly above it), or ``--max-rounds`` (the default: as many as ``--rounds``, a fixed
 batch). A judge of 8 fixed rounds could not rank recommendations a few percent apart on a
@@ -42,6 +46,7 @@ kept knob's interval across 1.0. Run it on an otherwise idle machine: nothing el
 from __future__ import annotations
 
 import argparse
+import hashlib
 import statistics
 import subprocess
 import sys
@@ -54,7 +59,7 @@ from autotune import Config, load_space
 from autotune.decisions import CONFIDENCE, interval
 from autotune.knobs import KNOBS
 from autotune.results import TuneResult
-from autotune.study.runner import run_trial
+from autotune.study.runner import run_interleaved, run_trial
 from autotune.study.scoring import objective
 from autotune.study.screening import ROWS
 from autotune.study.storage import load_result
@@ -139,21 +144,23 @@ def rows_kept(results: list[TuneResult], baseline: Config) -> int:
 
 
 def head_to_head(
-    measure: Callable[[Config, int], float],
+    measure: Callable[[list[Config], int], list[float]],
     configs: list[Config],
     rounds: int,
     max_rounds: int,
     settled: Callable[[dict[str, list[float]]], bool],
 ) -> dict[str, list[float]]:
-    """Each config once per round (rotated), ``measure(config, round)`` its rate (0: the
-    run failed); per config its per-round ratios to the baseline (``configs[0]``). At
-    least ``rounds`` rounds, then on until ``settled(ratios)`` or ``max_rounds``."""
+    """Each config once per round, in an order rotated every round: ``measure(order,
+    round)`` their rates, in that order (0: the run failed); per config its per-round
+    ratios to the baseline (``configs[0]``). At least ``rounds`` rounds, then on until
+    ``settled(ratios)`` or ``max_rounds``."""
     ratios: dict[str, list[float]] = {c.key(): [] for c in configs}
     for r in range(max(rounds, max_rounds)):
         if r >= rounds and settled(ratios):
             break
         k = r % len(configs)
-        values = {c.key(): measure(c, r) for c in configs[k:] + configs[:k]}
+        order = configs[k:] + configs[:k]
+        values = dict(zip([c.key() for c in order], measure(order, r), strict=True))
         base = values[configs[0].key()]
         for c in configs:
             if base:
@@ -189,15 +196,50 @@ def printed_rounds(
     return ratios
 
 
-def trial_measure(space_path: Path, folder: Path) -> Callable[[Config, int], float]:
-    """A fresh trial process of ``config`` in ``folder``: its objective, 0 when it failed."""
+def round_measure(
+    space_path: Path, folder: Path, together: bool
+) -> Callable[[list[Config], int], list[float]]:
+    """A round of fresh trial processes in ``folder``, one per config: their objectives,
+    0 for a run that failed. Side by side, taking turns on the machine
+    (:func:`autotune.study.runner.run_interleaved`), when ``together``; else one after
+    the other (:func:`autotune.study.runner.run_trial`)."""
     space = load_space(space_path)
 
-    def measure(config: Config, r: int) -> float:
-        m = run_trial(space, config, folder / f"r{r}-{config.key()[:12]}")
-        return objective(m, space.trial) if m.ok else 0.0
+    def measure(configs: list[Config], r: int) -> list[float]:
+        folders = [folder / f"r{r}-{run_name(c)}" for c in configs]
+        if together:
+            runs = run_interleaved(space, configs, folders)
+        else:
+            runs = [run_trial(space, c, f) for c, f in zip(configs, folders, strict=True)]
+        return [objective(m, space.trial) if m.ok else 0.0 for m in runs]
 
     return measure
+
+
+def run_name(config: Config) -> str:
+    """A config's folder name in a round: a digest of its key. The key's first characters
+    (the judges before 2026-12-07 used 12) are alike for many configs ("batch_size=6"):
+    one after the other, a run then took over another's folder; side by side, two runs
+    cannot share one."""
+    return hashlib.sha256(config.key().encode()).hexdigest()[:12]
+
+
+def fits_together(results: list[TuneResult], configs: list[Config]) -> str:
+    """Why a round of ``configs`` cannot run side by side, "" when it can: their memory
+    peaks in the studies (each config's largest; one never measured counts as the
+    largest of the others) must add up within the studies' memory limit."""
+    keys = {c.key() for c in configs}
+    peaks: dict[str, int] = {}
+    for result in results:
+        for t in result.trials:
+            peak = t.measurement.peak_mem_bytes
+            if peak is not None and t.config.key() in keys:
+                peaks[t.config.key()] = max(peak, peaks.get(t.config.key(), 0))
+    budget = results[0].memory_budget_bytes
+    need = sum(peaks.get(k, max(peaks.values(), default=0)) for k in keys)
+    if budget is not None and need > budget:
+        return f"their peaks add up to {need / 2**30:.1f} GiB, over {budget / 2**30:.1f} GiB"
+    return ""
 
 
 def regret_interval(
@@ -312,6 +354,12 @@ def main() -> None:
         action="store_true",
         help="judge the studies already in --out again (a new head-to-head), running none",
     )
+    parser.add_argument(
+        "--one-at-a-time",
+        action="store_true",
+        help="run each round's configs one after the other, not side by side taking turns "
+        "(the judges before 2026-12-07)",
+    )
     parser.add_argument("--n-trials", type=int, default=None, help="default: the space's")
     parser.add_argument("--out", type=Path, default=None, help="default: a temporary folder")
     parser.add_argument("--doc", type=Path, default=None)
@@ -353,7 +401,12 @@ def main() -> None:
     configs = list(distinct.values())
     names = {c.key(): ("baseline" if c == baseline else c.short()) for c in configs}
     rounds = f"{args.rounds}" if max_rounds == args.rounds else f"{args.rounds}-{max_rounds}"
-    print(f"head to head: {len(configs)} configs x {rounds} rounds (ratios to the baseline)")
+    apart = "--one-at-a-time" if args.one_at_a_time else fits_together(results, configs)
+    how = f"one after the other ({apart})" if apart else "side by side, taking turns"
+    print(
+        f"head to head: {len(configs)} configs x {rounds} rounds (ratios to the baseline; "
+        f"each round's runs {how})"
+    )
     for n, c in enumerate(configs):
         print(f"  [{n}] {names[c.key()]}")
     recommended = [r.best.config.key() for r in results]
@@ -369,7 +422,7 @@ def main() -> None:
             if not folder.exists():
                 break
             folder = root / f"head_to_head_{n}"  # --rejudge: the earlier ones stay as they were
-        measure = trial_measure(args.space.resolve(), folder)
+        measure = round_measure(args.space.resolve(), folder, together=not apart)
         ratios = head_to_head(measure, configs, args.rounds, max_rounds, settled)
     ran = len(ratios[baseline.key()])
     best, medians, bounds = regrets(ratios, args.confidence)

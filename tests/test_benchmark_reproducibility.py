@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import statistics
 import sys
+from types import SimpleNamespace
 
 import pytest
 from conftest import ROOT
@@ -156,9 +158,11 @@ def _judge(
     configs = [Config(batch_size=b) for b in per_round]
     ran: list[int] = []
 
-    def measure(config: Config, r: int) -> float:
-        ran.append(r)
-        return per_round[config.batch_size][r]
+    def measure(order: list[Config], r: int) -> list[float]:
+        # the order rotates: round r starts at config r % 3
+        assert order == configs[r % 3 :] + configs[: r % 3]
+        ran.extend([r] * len(order))
+        return [per_round[c.batch_size][r] for c in order]
 
     recommended = [c.key() for c in configs[1:]]
     ratios = repro.head_to_head(
@@ -243,7 +247,7 @@ def test_a_sequential_judge_at_95_percent_seldom_calls_a_6_percent_regret_met():
         rates[32] = lambda: 200.0 / 1.06 * math.exp(rng.gauss(0, 0.1))
         with contextlib.redirect_stdout(io.StringIO()):  # its lines, a round each
             ratios = repro.head_to_head(
-                lambda c, r: rates[c.batch_size](),
+                lambda order, r: [rates[c.batch_size]() for c in order],
                 configs,
                 8,
                 40,
@@ -275,3 +279,47 @@ def test_the_rounds_an_earlier_run_printed_are_read_again_for_the_same_configs()
         repro.printed_rounds(printed, configs[::-1], names)
     with pytest.raises(ValueError, match="has 3 values"):
         repro.printed_rounds(printed + "round 4: 1.000, 1.1, 1.2\n", configs, names)
+
+
+def test_a_round_runs_side_by_side_when_the_studies_peaks_fit_the_memory_limit():
+    from autotune import Config
+
+    base, fast = Config(batch_size=16), Config(batch_size=64)
+
+    def result(peaks: dict[Config, int], budget: int | None):
+        trials = [
+            SimpleNamespace(config=c, measurement=SimpleNamespace(peak_mem_bytes=p))
+            for c, p in peaks.items()
+        ]
+        return SimpleNamespace(trials=trials, memory_budget_bytes=budget)
+
+    gib = 2**30
+    # 1 + 2 GiB within 4 GiB: together; over 2.5 GiB: apart, with the sum and the limit
+    assert repro.fits_together([result({base: gib, fast: 2 * gib}, 4 * gib)], [base, fast]) == ""
+    why = repro.fits_together([result({base: gib, fast: 2 * gib}, 5 * gib // 2)], [base, fast])
+    assert why == "their peaks add up to 3.0 GiB, over 2.5 GiB"
+    # each config's largest peak over the studies; one never measured counts as the largest
+    two = [result({base: gib}, 7 * gib // 2), result({base: 2 * gib}, 7 * gib // 2)]
+    assert repro.fits_together(two, [base, fast]) == "their peaks add up to 4.0 GiB, over 3.5 GiB"
+    assert repro.fits_together([result({base: gib}, None)], [base, fast]) == ""  # no limit
+
+
+def test_a_round_of_real_trials_side_by_side_gives_each_config_its_rate(write_space, tmp_path):
+    from autotune import Config
+
+    # tests/faulty.py: batch 8 trains, batch 9 raises in its loss
+    path = write_space(f"""
+        workload: {ROOT / "tests" / "faulty.py"}:faulty
+        knobs: {{batch_size: [8, 9]}}
+        global_batch: free
+        trial: {{warmup_steps: 1, measured_steps: 6, timeout_s: 120}}
+    """)
+    configs = [Config(batch_size=8), Config(batch_size=9), Config(batch_size=8, num_workers=1)]
+    rates = repro.round_measure(path, tmp_path, together=True)(configs, 0)
+    # the two that train have rates; the one that raises is 0, and the others finish
+    assert rates[0] > 0 and rates[2] > 0
+    assert rates[1] == 0.0
+    # each ran in its own folder as a member of the ring: it took turns
+    for c in configs:
+        done = json.loads((tmp_path / f"r0-{repro.run_name(c)}" / "result.json").read_text())
+        assert done["turns"] >= 1, done

@@ -401,6 +401,8 @@ def run_interleaved(
     A trial that crashes, overruns ``trial.timeout_s`` (counted over its own turns) or
     its memory cap leaves the ring with that status; the others go on. All the configs
     are in memory at once: the caller makes sure they fit."""
+    if len({Path(f).resolve() for f in folders}) < len(folders):
+        raise ValueError(f"each run side by side needs a folder of its own: {folders}")
     members: list[_Member] = []
     try:
         for config, folder in zip(configs, folders, strict=True):

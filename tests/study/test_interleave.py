@@ -10,6 +10,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from autotune import Config, load_space
 from autotune.study.runner import run_interleaved
 from autotune.trial_spec import DONE, GRANT, READY, RELEASE, TURN
@@ -127,3 +129,14 @@ def test_a_trial_s_workers_are_stopped_while_another_has_the_machine(tmp_path):
         child.kill()
         os.close(grant)
         os.close(release)
+
+
+def test_two_runs_side_by_side_never_share_a_folder(write_space, tmp_path):
+    # Two runs in one folder would share its spec, its result and its pipes: one hung
+    # until its timeout, a judge's two configs named alike by their key's first 12
+    # characters found (benchmarks/reproducibility.py, 2026-12-07).
+    space = load_space(write_space("workload: {workloads}:tiny\nknobs: {batch_size: [8, 16]}\n"))
+    configs = [Config(batch_size=8), Config(batch_size=16)]
+    with pytest.raises(ValueError, match="a folder of its own"):
+        run_interleaved(space, configs, [tmp_path / "run", tmp_path / "sub" / ".." / "run"])
+    assert not (tmp_path / "run").exists()  # nothing started
