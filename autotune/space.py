@@ -195,8 +195,9 @@ class SearchSettings:
         predict_memory: skip a sampled config that the study's memory model (fitted from
             its trials, :mod:`autotune.study.memory`) predicts over the memory budget;
             it is recorded as ``predicted-over-memory`` instead of run.
-        interleave: a confirmation round runs its configs side by side, one trial process
-            each, taking turns on the machine a quarter second at a time
+        interleave: a confirmation round runs its configs side by side (and the
+            screening's paired look its two runs), one trial process each, taking turns
+            on the machine a quarter second at a time
             (:func:`autotune.study.runner.run_interleaved`), so that the machine's drift
             over seconds falls on all of them alike; when their memory peaks together
             fit the memory limit, else one at a time (a note says so). One at a time

@@ -31,7 +31,6 @@ paired ratios, contributions, the recommendation) is read in :mod:`autotune.resu
 from __future__ import annotations
 
 import hashlib
-import os
 import time
 from typing import Any
 
@@ -53,7 +52,7 @@ from ..results import (
     ranked,
     summarize,
 )
-from ..space import ENERGY, Space
+from ..space import Space
 from .coordination import first_runs, waiting_roles
 from .reporter import Reporter
 from .runner import TURN_S
@@ -519,44 +518,13 @@ class Confirmation:
         return False
 
     def _together(self, study: optuna.Study, configs: list[Config]) -> bool:
-        """Whether a round of ``configs`` runs interleaved: ``search.interleave`` on, a
-        throughput objective (an interleaved window reads no energy), each config one
-        process (no DDP ranks, which would each wait for a turn), the steps
-        autotune's own (a framework's loop, a Trainer's, runs whole: a turn would be
-        its whole run), and their memory peaks together (each config's largest so far;
-        one not yet run counted as the largest of the others) within one trial's memory
-        budget; else a note says why not (once)."""
-        runs = records(study)
-        if not self.space.search.interleave or any(c.world_size > 1 for c in configs):
-            return False
-        if not getattr(self.trials.backend, "noisy", True):  # a replay: no drift to share
-            return False
-        if not hasattr(os, "mkfifo"):  # the turns pass through named pipes (not Windows)
-            return False
-        if self.space.trial.objective == ENERGY:  # an interleaved window reads no energy
-            return False
-        if any(t.measurement.loop is not None for t in runs):
-            return False
-        budget = self.trials.memory_budget
-        if budget is None:
-            return True
-        peaks: dict[str, int] = {}
-        for t in runs:
-            peak = t.measurement.peak_mem_bytes
-            if peak is not None and t.config.key() in {c.key() for c in configs}:
-                peaks[t.config.key()] = max(peak, peaks.get(t.config.key(), 0))
-        largest = max(peaks.values(), default=0)
-        need = sum(peaks.get(c.key(), largest) for c in configs)
-        if need <= budget:
-            return True
-        note = (
-            f"confirmation rounds ran one config at a time: side by side their "
-            f"{len(configs)} runs would need {need / 2**30:.1f} GiB, over the memory limit "
-            f"({budget / 2**30:.1f} GiB; search.interleave)"
-        )
-        if not any(n.startswith(note.split(":")[0]) for n in self.notes):
-            self.notes.append(note)
-        return False
+        """Whether a round of ``configs`` runs side by side (:meth:`Trials.apart`); when
+        their memory keeps them apart, a note says so (once)."""
+        why = self.trials.apart(records(study), configs)
+        said = "confirmation rounds ran one config at a time:"
+        if why and not any(n.startswith(said) for n in self.notes):
+            self.notes.append(f"{said} {why}")
+        return why is None
 
     def _ask(
         self,

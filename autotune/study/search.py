@@ -190,10 +190,12 @@ class Search:
     def _look(self, study: optuna.Study, ground: Ground) -> bool:
         """Look again at a screening move whose run landed behind the best but not
         clearly (:func:`screening.second_look`): one run of it sets the screening's path.
-        The look is paired: the best so far runs once more, then the move right after it,
-        and the search ranks the move by their ratio (:func:`autotune.results.standings`),
-        so that a slow stretch of the machine falls on both. One look per call, by the
-        first worker, spending no budget, as :meth:`_again`."""
+        The look is paired: the best so far runs once more beside the move, and the search
+        ranks the move by their ratio (:func:`autotune.results.standings`), so that a slow
+        stretch of the machine falls on both. The two run side by side, taking turns on
+        the machine (:meth:`Trials.apart` says when they can), else the best first, then
+        the move. One look per call, by the first worker, spending no budget, as
+        :meth:`_again`."""
         if self.worker_index or not getattr(self.trials.backend, "noisy", True):
             return False
         due = screening.second_look(
@@ -206,11 +208,24 @@ class Search:
         if due is None or best is None:
             return False
         first = next(t for t in ground.trials if t.number == best.number)
-        partner = self._repeat(study, ground, first, look_for=due.number)
+        partner = self._claim(study, first, look_for=due.number)
         if partner is None:
             return False
-        ground = Ground.of(study)
-        return self._repeat(study, ground, due, paired_with=partner.number) is not None
+        move = self._claim(study, due, paired_with=partner[0].number)
+        pair = [partner] if move is None else [partner, move]
+        if (
+            move is not None
+            and self.trials.apart(ground.trials, [first.config, due.config]) is None
+        ):
+            said = "the screening's paired looks ran side by side"  # taking turns on the machine
+            if said not in self.notes:
+                self.notes.append(said)
+            for record in self.trials.measure_round(study, pair):
+                self._told(ground, record)
+            return True
+        for trial, config, told in pair:  # move None: another worker's trial came between
+            self._told(ground, self.trials.measure(study, trial, config, **told))
+        return move is not None
 
     def _margin(self, ground: Ground) -> float:
         """The gain a config must show over another to count as ahead: the study's noise
@@ -218,12 +233,23 @@ class Search:
         return margin(self.space.search.min_gain, baseline_floor(ground.trials))
 
     def _repeat(
-        self, study: optuna.Study, ground: Ground, first: TrialRecord, **look: int
+        self, study: optuna.Study, ground: Ground, first: TrialRecord
     ) -> TrialRecord | None:
         """One more run of ``first``'s config, a repeat of it (never pruned, no budget
-        spent); ``None`` when another worker's queued trial came first. ``look``: the
-        paired look's attrs (``look_for`` on the best's run, ``paired_with`` on the
-        move's: :class:`~autotune.results.TrialRecord`)."""
+        spent); ``None`` when another worker's queued trial came first."""
+        claimed = self._claim(study, first)
+        if claimed is None:
+            return None
+        trial, config, told = claimed
+        return self._told(ground, self.trials.measure(study, trial, config, **told))
+
+    def _claim(
+        self, study: optuna.Study, first: TrialRecord, **look: int
+    ) -> tuple[optuna.Trial, Config, dict[str, Any]] | None:
+        """A trial of the study for a repeat of ``first``'s config (queued, then taken),
+        and what :meth:`Trials.tell` takes besides; ``None`` when another worker's queued
+        trial came first. ``look``: the paired look's attrs (``look_for`` on the best's
+        run, ``paired_with`` on the move's: :class:`~autotune.results.TrialRecord`)."""
         attrs = {"role": REPEAT, "repeat_of": first.number, **look}
         study.enqueue_trial(encode(self.space, first.config), user_attrs=attrs)
         trial = study.ask()
@@ -234,10 +260,12 @@ class Search:
             self.trials.not_run(study, trial)
             return None
         sample(self.space, trial)
-        cold = first.measurement.compile_s  # charged as the confirmation charges a repeat
-        record = self.trials.measure(
-            study, trial, first.config, repeat_of=first.number, cold_compile_s=cold
-        )
+        # a repeat's compile is charged as the confirmation charges one
+        told = {"repeat_of": first.number, "cold_compile_s": first.measurement.compile_s}
+        return trial, first.config, told
+
+    def _told(self, ground: Ground, record: TrialRecord) -> TrialRecord:
+        """A repeat's record, after the reporter hears of it."""
         every = [*ground.trials, record]
         self.reporter.trial(record, best_of(every), baseline_of(every), ground.done, None)
         return record

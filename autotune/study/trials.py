@@ -10,6 +10,7 @@ told (:meth:`Trials.tell`), which judges and stores and runs nothing.
 
 from __future__ import annotations
 
+import os
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Protocol
@@ -19,7 +20,7 @@ import optuna
 from ..config import Config
 from ..measurement import PREDICTED_OVER_MEMORY, Measurement
 from ..results import DUPLICATE, SEARCH, TrialRecord
-from ..space import Space
+from ..space import ENERGY, Space
 from . import scoring, screening
 from .backend import TrialBackend
 from .heartbeat import Heartbeat
@@ -139,6 +140,42 @@ class Trials:
             self._judged(study, trial, config, m, **told)
             for (trial, config, told), m in zip(runs, ms, strict=True)
         ]
+
+    def apart(self, runs: list[TrialRecord], configs: list[Config]) -> str | None:
+        """Why runs of ``configs`` cannot go side by side, taking turns on the machine
+        (:meth:`measure_round`); ``None`` when they can: ``search.interleave`` on, a
+        noisy backend (a replay's table has no drift to share), named pipes for the turns
+        (not Windows), a throughput objective (an interleaved window reads no energy),
+        each config one process (no DDP ranks, which would each wait for a turn), the
+        steps autotune's own (a framework's loop, a Trainer's, runs whole: a turn would
+        be its whole run), and their memory peaks together within one trial's memory
+        budget: each config's largest in ``runs`` (the study's so far), one not yet run
+        counted as the largest of the others. "" when nothing is worth a note; the
+        memory's reason otherwise."""
+        if not self.space.search.interleave or any(c.world_size > 1 for c in configs):
+            return ""
+        if not getattr(self.backend, "noisy", True) or not hasattr(os, "mkfifo"):
+            return ""
+        if self.space.trial.objective == ENERGY:
+            return ""
+        if any(t.measurement.loop is not None for t in runs):
+            return ""
+        if self.memory_budget is None:
+            return None
+        keys = {c.key() for c in configs}
+        peaks: dict[str, int] = {}
+        for t in runs:
+            peak = t.measurement.peak_mem_bytes
+            if peak is not None and t.config.key() in keys:
+                peaks[t.config.key()] = max(peak, peaks.get(t.config.key(), 0))
+        largest = max(peaks.values(), default=0)
+        need = sum(peaks.get(c.key(), largest) for c in configs)
+        if need <= self.memory_budget:
+            return None
+        return (
+            f"side by side their {len(configs)} runs would need {need / 2**30:.1f} GiB, over "
+            f"the memory limit ({self.memory_budget / 2**30:.1f} GiB; search.interleave)"
+        )
 
     def reference(self, study: optuna.Study, config: Config, m: Measurement) -> list[float] | None:
         """The fp32 loss trajectory ``config``'s run ``m`` is judged against (the first

@@ -60,22 +60,25 @@ def test_each_window_takes_turns_and_counts_only_its_own(write_space, tmp_path):
 
 
 def test_a_trial_that_fails_or_hangs_leaves_the_ring_and_the_others_finish(write_space, tmp_path):
-    # tests/faulty.py: batch 8 trains, batch 9 raises in its loss, batch 14 hangs
+    # tests/faulty.py: batch 8 trains, batch 9 raises in its loss, batch 11 keeps 256 MiB
+    # more each step (over the cap after 6), batch 14 hangs
     space = load_space(
         write_space(f"""
         workload: {FAULTY}:faulty
-        knobs: {{batch_size: [8, 9, 14]}}
+        knobs: {{batch_size: [8, 9, 11, 14]}}
         global_batch: free
-        trial: {{warmup_steps: 1, measured_steps: 4, min_window_s: 0.5, min_warmup_s: 0,
-                timeout_s: 8}}
+        trial: {{warmup_steps: 1, measured_steps: 6, min_window_s: 0.5, min_warmup_s: 0,
+                timeout_s: 8, memory_cap: 1.5GiB}}
     """)
     )
-    configs = [Config(batch_size=b) for b in (14, 9, 8)]
+    configs = [Config(batch_size=b) for b in (14, 9, 11, 8)]
     ms = run_interleaved(space, configs, [tmp_path / f"t{c.batch_size}" for c in configs], 0.05)
-    hung, raised, clean = ms
+    hung, raised, leaked, clean = ms
     assert hung.status == "timeout", hung.reason
     assert "of its own turns" in hung.reason and "hung in _hang (faulty.py:" in hung.reason
     assert raised.status == "failed" and "the user's loss function has a bug" in raised.reason
+    assert leaked.status == "oom", leaked.reason
+    assert "over the per-trial cap of 1536 MiB; killed" in leaked.reason
     assert clean.ok, clean.reason
     assert clean.turns >= 2
 

@@ -1144,6 +1144,11 @@ class _SlowStretch(ReplayBackend):
         super().__init__(table, baseline)
         self.config, self.factor, self.length = config, factor, length
         self.start: int | None = None
+        self.rounds: list[list[str]] = []  # the configs of each side-by-side round
+
+    def run_round(self, space, configs, folders):
+        self.rounds.append([c.key() for c in configs])
+        return super().run_round(space, configs, folders)
 
     def run_trial(self, space, config, folder, best_value=None):
         m = super().run_trial(space, config, folder, best_value)
@@ -1156,15 +1161,20 @@ class _SlowStretch(ReplayBackend):
         return m
 
 
-def test_a_second_look_is_paired_with_the_best_so_a_slow_stretch_falls_on_both(tmp_path):
+@pytest.mark.parametrize("interleave", [True, False])
+def test_a_second_look_is_paired_with_the_best_so_a_slow_stretch_falls_on_both(
+    tmp_path, interleave
+):
     """text_grid (recorded): packed rows at batch 32 (83.8k tokens/s, the best of the
     eager table) move in a slow stretch of the machine: their run and the next four go at
     85% (71.2k for them), behind grouped rows at batch 64 (80.8k), the best so far. Looked
     at again back to back with themselves, they stay at 71.2k and the compile moves start
     from grouped rows; paired with a run of the best in the same stretch, their ratio
-    (1.04) ranks them first (standing 83.8k), and the compile moves start from them."""
+    (1.04) ranks them first (standing 83.8k), and the compile moves start from them.
+    The pair runs side by side, taking turns (one round of the backend), unless
+    ``search.interleave`` is off: then the best first, then the move."""
     table = json.loads((ROOT / "benchmarks/tables/text_grid.json").read_text())
-    space = _screened(table)
+    space = _screened(table, interleave=interleave)
     packed = space.config_from({"packing": "packed", "batch_size": 32, "accumulation_steps": 2})
     backend = _SlowStretch(table, space.baseline, packed, 0.85, 5)
     storage = f"sqlite:///{tmp_path}/s.db"
@@ -1182,6 +1192,15 @@ def test_a_second_look_is_paired_with_the_best_so_a_slow_stretch_falls_on_both(t
         (first.number + 1, 64, "grouped")
     ]
     assert [(t.number, t.paired_with) for t in looks] == [(first.number + 2, first.number + 1)]
+    best_config = partners[0].config.key()
+    said = "the screening's paired looks ran side by side"
+    if interleave:  # each look one round of two: the best's run and the move's
+        assert [best_config, packed.key()] in backend.rounds
+        assert len(backend.rounds) == sum(t.look_for is not None for t in raw)
+        assert all(len(pair) == 2 for pair in backend.rounds)
+        assert said in result.notes
+    else:
+        assert backend.rounds == [] and said not in result.notes
     n, best = first.number, partners[0].repeat_of
     assert f"paired look, best again #{best} next to #{n} #{n + 1} " in out.getvalue()
     assert f"paired look, again #{n} after #{n + 1} #{n + 2} " in out.getvalue()
