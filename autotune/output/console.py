@@ -90,7 +90,7 @@ class ConsoleReporter(Reporter):
         elif record.role == REPEAT and record.look_for is not None:  # a paired look's best
             head = f"paired look, best again #{record.repeat_of} next to #{record.look_for}"
         elif record.role == REPEAT and record.paired_with is not None:
-            head = f"paired look, again #{record.repeat_of} after #{record.paired_with}"
+            head = f"paired look, again #{record.repeat_of} next to #{record.paired_with}"
         elif record.role == REPEAT and baseline and record.repeat_of == baseline.number:
             head = f"noise run, again #{record.repeat_of}"  # back to back: the noise floor
         elif record.role == REPEAT:  # a new best's runs, a screening move's second look

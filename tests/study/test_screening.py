@@ -1203,7 +1203,7 @@ def test_a_second_look_is_paired_with_the_best_so_a_slow_stretch_falls_on_both(
         assert backend.rounds == [] and said not in result.notes
     n, best = first.number, partners[0].repeat_of
     assert f"paired look, best again #{best} next to #{n} #{n + 1} " in out.getvalue()
-    assert f"paired look, again #{n} after #{n + 1} #{n + 2} " in out.getvalue()
+    assert f"paired look, again #{n} next to #{n + 1} #{n + 2} " in out.getvalue()
     (summary,) = [t for t in summarize(raw) if t.number == first.number]
     assert summary.value == pytest.approx(0.85 * 83803, rel=1e-3)  # its runs: all slow
     assert summary.standing == pytest.approx(83803, rel=1e-3)  # the pairs: its level
