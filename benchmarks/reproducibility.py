@@ -63,6 +63,7 @@ from autotune.study.runner import run_interleaved, run_trial
 from autotune.study.scoring import objective
 from autotune.study.screening import ROWS
 from autotune.study.storage import load_result
+from autotune.study.trials import memory_together
 
 GOAL_REGRET = 0.03
 WORTH = 1.10
@@ -228,15 +229,8 @@ def fits_together(results: list[TuneResult], configs: list[Config]) -> str:
     """Why a round of ``configs`` cannot run side by side, "" when it can: their memory
     peaks in the studies (each config's largest; one never measured counts as the
     largest of the others) must add up within the studies' memory limit."""
-    keys = {c.key() for c in configs}
-    peaks: dict[str, int] = {}
-    for result in results:
-        for t in result.trials:
-            peak = t.measurement.peak_mem_bytes
-            if peak is not None and t.config.key() in keys:
-                peaks[t.config.key()] = max(peak, peaks.get(t.config.key(), 0))
+    need = memory_together((t for result in results for t in result.trials), configs)
     budget = results[0].memory_budget_bytes
-    need = sum(peaks.get(k, max(peaks.values(), default=0)) for k in keys)
     if budget is not None and need > budget:
         return f"their peaks add up to {need / 2**30:.1f} GiB, over {budget / 2**30:.1f} GiB"
     return ""

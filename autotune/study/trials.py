@@ -11,6 +11,7 @@ told (:meth:`Trials.tell`), which judges and stores and runs nothing.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Protocol
@@ -37,6 +38,19 @@ class ReferenceSource(Protocol):
     def for_config(
         self, study: optuna.Study, config: Config, m: Measurement | None = None
     ) -> list[float] | None: ...
+
+
+def memory_together(runs: Iterable[TrialRecord], configs: list[Config]) -> int:
+    """The bytes ``configs`` need side by side: the sum of each one's largest memory peak
+    in ``runs``, one never measured counted as the largest of the others."""
+    keys = {c.key() for c in configs}
+    peaks: dict[str, int] = {}
+    for t in runs:
+        peak = t.measurement.peak_mem_bytes
+        if peak is not None and t.config.key() in keys:
+            peaks[t.config.key()] = max(peak, peaks.get(t.config.key(), 0))
+    largest = max(peaks.values(), default=0)
+    return sum(peaks.get(c.key(), largest) for c in configs)
 
 
 def trial_folder(out_dir: Path, number: int) -> Path:
@@ -162,14 +176,7 @@ class Trials:
             return ""
         if self.memory_budget is None:
             return None
-        keys = {c.key() for c in configs}
-        peaks: dict[str, int] = {}
-        for t in runs:
-            peak = t.measurement.peak_mem_bytes
-            if peak is not None and t.config.key() in keys:
-                peaks[t.config.key()] = max(peak, peaks.get(t.config.key(), 0))
-        largest = max(peaks.values(), default=0)
-        need = sum(peaks.get(c.key(), largest) for c in configs)
+        need = memory_together(runs, configs)
         if need <= self.memory_budget:
             return None
         return (
