@@ -397,6 +397,8 @@ def main() -> None:
     rounds = f"{args.rounds}" if max_rounds == args.rounds else f"{args.rounds}-{max_rounds}"
     apart = "--one-at-a-time" if args.one_at_a_time else fits_together(results, configs)
     how = f"one after the other ({apart})" if apart else "side by side, taking turns"
+    if args.rounds_from is not None:  # measured by an earlier run, whichever way it ran
+        how = f"as {args.rounds_from} printed them"
     print(
         f"head to head: {len(configs)} configs x {rounds} rounds (ratios to the baseline; "
         f"each round's runs {how})"
