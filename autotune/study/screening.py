@@ -588,6 +588,36 @@ def second_look(
     return None
 
 
+def runner_up_look(trials: list[TrialRecord], gain: float) -> TrialRecord | None:
+    """The first trial of the runner-up, when it is due a paired look with the best: the
+    search config ranked second (:func:`~autotune.results.ranked`), behind the best, a
+    search config too, by no more than ``gain`` (the study's margin: on its runs, the two
+    are not told apart), which ran in full and has been in no paired look yet (neither
+    the move nor the best's partner) nor in a confirmation round. ``None`` when none is.
+
+    A new best takes the lead on its own runs, minutes after the old best's runs: on a
+    drifting machine that is no ranking, and the screening then moves from whichever led
+    last. On text.yaml (the AMD EPYC, 2026-12-07 21:43 UTC, 4634772, study 1) packed rows at
+    batch 64 led at 77.2k and 82.6k tokens/s; grouped rows at batch 32 ran 82.6k and
+    84.0k right after and took the lead, 4% ahead on a 10% margin; the moves went on from
+    batch 32, and the study recommended packed rows at batch 32, which the judge's paired
+    rounds put 4.6% behind packed rows at batch 64 (3.7-6.7%). One look each: the one that
+    leads after it was the partner, and is not looked at again."""
+    summarized = summarize(trials)
+    confirmed = {t.config.key() for t in trials if t.round is not None}
+    top = [t for t in ranked(summarized) if t.config.key() not in confirmed]
+    if len(top) < 2 or top[0].role != SEARCH:
+        return None
+    best, second = top[0], top[1]
+    if second.role != SEARCH or second.status != OK or second.rank * (1 + gain) < best.rank:
+        return None
+    looked = any(
+        t.repeat_of == second.number and (t.look_for is not None or t.paired_with is not None)
+        for t in trials
+    )
+    return None if looked else next(t for t in trials if t.number == second.number)
+
+
 def _layout(config: Config) -> tuple[Any, ...]:
     """How the config's samples become rows (:data:`ROWS`)."""
     return tuple(getattr(config, k) for k in ROWS)

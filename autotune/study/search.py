@@ -21,8 +21,11 @@ screening moves from and the finalists are drawn by, so its figure is the median
 runs, not one run that may have been lucky; and a second look at a screening move that
 landed behind the best but not clearly (:func:`screening.second_look`: a layout or a
 compile at half the best or more, any other move within the pruning margin): one run of
-it sets the screening's path. The look is paired: the best runs again, then the move,
-and the move ranks by their ratio (:func:`autotune.results.standings`).
+it sets the screening's path. So does a runner-up within the study's margin of the
+best, never paired (:func:`screening.runner_up_look`: a best displaced by runs minutes
+later, on a drifting machine): it gets one look. The look is paired: the best runs again
+beside the move (side by side where they can), and the move ranks by their ratio
+(:func:`autotune.results.standings`).
 """
 
 from __future__ import annotations
@@ -189,8 +192,10 @@ class Search:
 
     def _look(self, study: optuna.Study, ground: Ground) -> bool:
         """Look again at a screening move whose run landed behind the best but not
-        clearly (:func:`screening.second_look`): one run of it sets the screening's path.
-        The look is paired: the best so far runs once more beside the move, and the search
+        clearly (:func:`screening.second_look`): one run of it sets the screening's path;
+        else at the runner-up, once, when its runs and the best's do not tell the two
+        apart (:func:`screening.runner_up_look`): the screening moves from the one that
+        leads. The look is paired: the best so far runs once more beside the move, and the search
         ranks the move by their ratio (:func:`autotune.results.standings`), so that a slow
         stretch of the machine falls on both. The two run side by side, taking turns on
         the machine (:meth:`Trials.apart` says when they can), else the best first, then
@@ -198,12 +203,11 @@ class Search:
         :meth:`_again`."""
         if self.worker_index or not getattr(self.trials.backend, "noisy", True):
             return False
+        gain = self._margin(ground)
+        search = self.space.search
         due = screening.second_look(
-            ground.trials,
-            self.space.search.best_runs,
-            self._margin(ground),
-            self._prune_margin(ground),
-        )
+            ground.trials, search.best_runs, gain, self._prune_margin(ground)
+        ) or (screening.runner_up_look(ground.trials, gain) if search.best_runs > 1 else None)
         best = best_of(ground.trials)
         if due is None or best is None:
             return False

@@ -1226,3 +1226,83 @@ def test_a_second_look_is_paired_with_the_best_so_a_slow_stretch_falls_on_both(
     assert next(d for d in data["trials"] if d["role"] == "baseline")["standing"] is None
     page = render_html(result, {}, {}, [])
     assert f"(paired {summary.standing:,.1f})" in page
+
+
+def test_the_runner_up_within_the_margin_gets_one_paired_look():
+    """Batch 64 led at 100 and 101; batch 32 ran 103 and 104 after it and leads by 3%,
+    within a 5% margin: batch 64, the runner-up, is due a paired look (its runs and the
+    best's do not tell the two apart), not past a 2% margin, not when it was in a look
+    already (as the move, or as the best's partner), and not the baseline or a config
+    the confirmation's rounds measure. After the look (the best again at 90, batch 64
+    beside it at 95) batch 64 stands at 95 / 90 of batch 32's median and leads; batch 32,
+    its partner, is due no look in turn."""
+    base = _record(0, 30.0, BASELINE, batch_size=16)
+    wide = _record(1, 100.0, batch_size=64)
+    wide_again = dataclasses.replace(wide, number=2, value=101.0, role="repeat", repeat_of=1)
+    mid = _record(3, 103.0, batch_size=32)
+    mid_again = dataclasses.replace(mid, number=4, value=104.0, role="repeat", repeat_of=3)
+    trials = [base, wide, wide_again, mid, mid_again]
+    assert screening.runner_up_look(trials, 0.05) is wide
+    assert screening.runner_up_look(trials, 0.02) is None  # 3.5% behind: told apart
+    assert screening.runner_up_look(trials[:3], 0.05) is None  # no other search config
+    # The baseline as the runner-up is no search config to look at.
+    close_base = dataclasses.replace(base, value=101.0)
+    assert screening.runner_up_look([close_base, mid, mid_again], 0.05) is None
+    partner = dataclasses.replace(mid, number=5, value=90.0, role="repeat", repeat_of=3, look_for=1)
+    look = dataclasses.replace(
+        wide, number=6, value=95.0, role="repeat", repeat_of=1, paired_with=5
+    )
+    after = [*trials, partner, look]
+    assert ranked(summarize(after))[0].number == 1  # 95 / 90 * 103.5
+    assert screening.runner_up_look(after, 0.05) is None  # batch 32 was the partner
+    # Batch 64 once the best's partner in another config's look, or the move of a look
+    # (a screening move's second look): due none of its own.
+    beside = dataclasses.replace(wide, number=5, role="repeat", repeat_of=1, look_for=9)
+    assert screening.runner_up_look([*trials, beside], 0.05) is None
+    assert screening.runner_up_look([*trials, partner, look], 0.05) is None
+    moved = dataclasses.replace(look, value=96.0, paired_with=8)
+    assert screening.runner_up_look([*trials, moved], 0.05) is None
+    # Configs in confirmation rounds: their rounds rank them.
+    rounds = dataclasses.replace(wide, number=7, role="repeat", repeat_of=1, round=0)
+    assert screening.runner_up_look([*trials, rounds], 0.05) is None
+    # A runner-up whose runs were all pruned is no figure to pair.
+    cut = dataclasses.replace(wide, status="pruned")
+    cut_again = dataclasses.replace(wide_again, status="pruned")
+    assert screening.runner_up_look([base, cut, cut_again, mid, mid_again], 0.05) is None
+
+
+@pytest.mark.parametrize("factor, looked", [(0.93, True), (0.88, False)])
+def test_a_best_displaced_on_runs_minutes_apart_is_looked_at_beside_the_new_one(
+    tmp_path, factor, looked
+):
+    """text_grid (recorded): grouped rows at batch 64 (80.8k tokens/s) lead, but their
+    two runs fall in a slow stretch at 93% (75.2k); packed rows at batch 64 (76.6k) run
+    right after it and take the lead by 1.9%, within the 3% margin. The runner-up is
+    looked at once, paired with the new best, and at 80.8 / 76.6 of it leads again: the
+    next move (batch 32) starts from grouped rows. At 88% (71.1k, 7.7% behind: past the
+    margin) there is no look and the batch-32 move starts from packed rows."""
+    table = json.loads((ROOT / "benchmarks/tables/text_grid.json").read_text())
+    space = _screened(table)
+    grouped = space.config_from(
+        {"length_grouping": "grouped", "batch_size": 64, "accumulation_steps": 1}
+    )
+    backend = _SlowStretch(table, space.baseline, grouped, factor, 2)
+    storage = f"sqlite:///{tmp_path}/s.db"
+    result = tune(space, storage=storage, out_dir=tmp_path, backend=backend, n_trials=7)
+    raw = records(optuna.load_study(study_name=space.study.name, storage=storage))
+    (first,) = [t for t in raw if t.role == SEARCH and t.config.key() == grouped.key()]
+    looks = [t for t in raw if t.repeat_of == first.number and t.paired_with is not None]
+    (moved,) = [t for t in result.trials if t.move == "batch_size=32"]
+    if not looked:
+        assert looks == []
+        assert moved.config.packing == "packed" and moved.config.length_grouping == "off"
+        return
+    (look,) = looks
+    (partner,) = [t for t in raw if t.number == look.paired_with]
+    assert partner.look_for == first.number
+    assert (partner.config.packing, partner.config.batch_size) == ("packed", 64)
+    (summary,) = [t for t in summarize(raw) if t.number == first.number]
+    assert summary.standing == pytest.approx(80833, rel=1e-3)
+    assert moved.config.length_grouping == "grouped" and moved.number > look.number
+    # One look: the new best, its partner, is not looked at in turn.
+    assert not any(t.paired_with is not None and t.repeat_of == partner.repeat_of for t in raw)
