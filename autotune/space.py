@@ -156,7 +156,9 @@ class SearchSettings:
             measured steps; warm-up and compile are never judged).
         confirm_top: after the budget, measure the baseline and the best ``confirm_top``
             configs in paired rounds (each once per round, in an order that rotates) and
-            rank by the median of their per-round ratios to the baseline.
+            rank by the median of their per-round ratios to the baseline. A config that
+            is one of the first's ablations runs in the rounds anyway: it takes no
+            finalist's place, which goes to the next config.
         confirm_rounds: the least paired rounds of each plan of the confirmation. Rounds
             are added while a decision is unresolved (:mod:`autotune.decisions`), up to
             ``confirm_max_rounds`` and for at most ``confirm_max_s`` seconds past each
@@ -184,7 +186,11 @@ class SearchSettings:
             same count bounds a screening move that landed behind the best but not
             clearly: a layout or a compile at half of it or more, any other move in
             full within the pruning margin (``screening.second_look``); each such look
-            runs the best once more, then the move, and ranks the move by their ratio.
+            runs the best once more beside the move (side by side where
+            ``interleave`` lets it, else first) and ranks the move by their ratio.
+            A runner-up within the study's margin of the best, never in a look, gets
+            one too (``screening.runner_up_look``): a best displaced on runs minutes
+            later is measured beside its successor.
         ablate: in the same rounds, measure the winner with each knob that differs from
             the baseline set back to the baseline's value: each knob's contribution. Knobs
             whose contribution is within noise are dropped from the recommendation.

@@ -217,16 +217,17 @@ class Search:
             return False
         move = self._claim(study, due, paired_with=partner[0].number)
         pair = [partner] if move is None else [partner, move]
-        if (
-            move is not None
-            and self.trials.apart(ground.trials, [first.config, due.config]) is None
-        ):
+        why = "" if move is None else self.trials.apart(ground.trials, [first.config, due.config])
+        if why is None:
             said = "the screening's paired looks ran side by side"  # taking turns on the machine
             if said not in self.notes:
                 self.notes.append(said)
             for record in self.trials.measure_round(study, pair):
                 self._told(ground, record)
             return True
+        said = "the screening's paired looks ran one after the other:"
+        if why and not any(n.startswith(said) for n in self.notes):
+            self.notes.append(f"{said} {why}")  # their memory kept them apart
         for trial, config, told in pair:  # move None: another worker's trial came between
             self._told(ground, self.trials.measure(study, trial, config, **told))
         return move is not None

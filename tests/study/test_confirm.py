@@ -933,6 +933,7 @@ class Rounds(ReplayBackend):
     [
         ("{memory: 4GiB}", "", True),  # 6-7 runs of 300 MiB: 2.1 GiB together
         ("{memory: 1GiB}", "", False),  # each fits, together they do not
+        ("{memory: 512MiB}", "", False),  # nor do a paired look's two
         ("{memory: 4GiB}", ", interleave: false", False),
     ],
 )
@@ -946,14 +947,25 @@ def test_a_round_runs_side_by_side_when_its_runs_fit_in_memory_together(
     for row in table["measurements"]:
         row["measurement"]["peak_mem_bytes"] = 300 * 2**20
     backend = Rounds(table)
-    result = tune(space, storage="memory", out_dir=tmp_path, backend=backend)
+    storage = f"sqlite:///{tmp_path}/s.db"
+    result = tune(space, storage=storage, out_dir=tmp_path, backend=backend)
     assert result.winner is not None and len(backend.calls) > 16
+    raw = records(optuna.load_study(study_name=space.study.name, storage=storage))
     note = "confirmation rounds ran one config at a time: side by side their"
-    # The search's paired looks are rounds of two (600 MiB: they fit in 1 GiB); the
-    # confirmation's are its lineup's six or more.
+    # The search's paired looks are rounds of two (600 MiB: side by side within 1 GiB,
+    # not within 512 MiB, and a note says why); the confirmation's are its lineup's six
+    # or more.
     looks = [n for n in backend.together if n == 2]
     rounds = [n for n in backend.together if n != 2]
-    assert looks == ([] if search else looks) and backend.together[: len(looks)] == looks
+    made = sum(t.look_for is not None for t in raw)
+    assert made > 0 and backend.together[: len(looks)] == looks
+    apart = "the screening's paired looks ran one after the other: side by side their 2 runs"
+    apart += " would need 0.6 GiB, over the memory limit (0.5 GiB; search.interleave)"
+    if search or "512MiB" in limits:
+        assert looks == [] and ("the screening's paired looks ran side by side" not in result.notes)
+        assert (apart in result.notes) == (search == "")
+    else:
+        assert len(looks) == made and apart not in result.notes
     if together:
         # every round of the confirmation: its runs at once (the first plan's 6 configs)
         assert rounds[:3] == [6, 6, 6]
@@ -961,3 +973,33 @@ def test_a_round_runs_side_by_side_when_its_runs_fit_in_memory_together(
     else:
         assert rounds == []
         assert any(note in n for n in result.notes) == (search == "")
+
+
+def test_a_finalists_place_goes_past_the_first_finalists_own_ablation(write_space, tmp_path):
+    """Every knob on leads; second by the search's figures is the same without
+    ``zero_grad_set_to_none`` (1% behind), its ablation, which runs in the lineup anyway.
+    The second finalist's place goes to the next config that is none of the first's
+    ablations (batch 32, checkpointing, nothing else: two knobs off), which then runs in
+    the rounds beside the first; the ablation still does too."""
+    effects = {
+        "batch_size": 2.0,
+        "num_workers": 1.2,
+        "zero_grad_set_to_none": 1.01,
+        "gradient_checkpointing": 1.3,
+    }
+    space = load_space(write_space(SPACE.replace("confirm_max_rounds: 8", "confirm_max_s: 0")))
+    backend = ReplayBackend(_table(effects))
+    storage = f"sqlite:///{tmp_path}/s.db"
+    result = tune(space, storage=storage, out_dir=tmp_path, backend=backend)
+    top = space.config_from(EVERY_KNOB_ON)
+    ablation = top.replace(zero_grad_set_to_none=False)
+    lineup = {c.key() for c in backend.calls[16:]}
+    assert top.key() in lineup and ablation.key() in lineup
+    by_number = {t.number: t for t in result.trials}
+    study = optuna.load_study(study_name=space.study.name, storage=storage)
+    finalists = {by_number[n].config.key() for n in study.user_attrs["confirmation"]["finalists"]}
+    (second,) = finalists - {top.key()}
+    assert second != ablation.key()
+    config = next(c for c in backend.calls if c.key() == second)
+    assert sum(getattr(config, k) != getattr(top, k) for k in EVERY_KNOB_ON) == 2
+    assert second in lineup
