@@ -23,10 +23,9 @@ within noise, 0.96-1.00x, and the judge measured at 1.06x) and ``compiled-128`` 
 bs=64 acc=2 bf16 compiled; B: bs=128 acc=1 bf16 compiled: the pair whose two ways
 differed by 7% in that judge, 0.959 side by side and 1.029 one after the other).
 Printed per round, B/A each way; over the rounds the median, range and standard
-deviation of ``log(B/A)``: the per-round noise a paired
-decision sees, and whether the two ways agree on the median (interleaving must not
-move it). A first untimed round fills the compile cache. Run it on an otherwise idle
-machine.
+deviation of ``log(B/A)``: the per-round noise a paired decision sees, and whether the
+two ways agree on the median (interleaving must not move it). A first untimed round
+fills the compile cache. Run it on an otherwise idle machine.
 """
 
 from __future__ import annotations

@@ -7,9 +7,10 @@ Each config is then judged by its per-round ratios to the baseline run of the sa
 (:func:`autotune.results.summarize`). Three lineups run in turn:
 
 1. the finalists (the best ``confirm_top`` configs of the search, none of them an
-   ablation of the first, which run anyway: :meth:`Confirmation._finalists`; and the fastest eager
-   and compiled configs of other rows, packed, grouped or neither, than the first's that
-   the search could not rule out: :func:`~autotune.study.screening.rival_finalists`) and,
+   ablation of the first, which runs anyway: :meth:`Confirmation._finalists`; and the
+   fastest eager and compiled configs of other rows, packed, grouped or neither, than the
+   first's that the search could not rule out:
+   :func:`~autotune.study.screening.rival_finalists`) and,
    with ``search.ablate``, the *ablations* of the search's winner: the winner with one
    knob back at the baseline's value, per knob where they differ;
 2. if the rounds crowned another finalist, the ablations of that one it is owed: those

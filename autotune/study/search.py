@@ -195,9 +195,9 @@ class Search:
         clearly (:func:`screening.second_look`): one run of it sets the screening's path;
         else at the runner-up, once, when its runs and the best's do not tell the two
         apart (:func:`screening.runner_up_look`): the screening moves from the one that
-        leads. The look is paired: the best so far runs once more beside the move, and the search
-        ranks the move by their ratio (:func:`autotune.results.standings`), so that a slow
-        stretch of the machine falls on both. The two run side by side, taking turns on
+        leads. The look is paired: the best so far runs once more beside the move, and
+        the search ranks the move by their ratio (:func:`autotune.results.standings`), so
+        that a slow stretch of the machine falls on both. The two run side by side, taking turns on
         the machine (:meth:`Trials.apart` says when they can), else the best first, then
         the move. One look per call, by the first worker, spending no budget, as
         :meth:`_again`."""
